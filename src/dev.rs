@@ -1,0 +1,264 @@
+//! Local `redis-server` processes on free loopback ports, for development, tests and benchmarks.
+//!
+//! [`LocalNodes`] starts N independent masters, each in its own temporary directory, and stops
+//! them when dropped. It can kill (SIGKILL), pause (SIGSTOP), resume (SIGCONT) and restart any
+//! one of them, which is how the test suite makes faults.
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Environment variable naming the `redis-server` binary to run (default: from `PATH`).
+pub const REDIS_SERVER_ENV: &str = "REDQUORUM_REDIS_SERVER";
+
+/// How long a starting `redis-server` may take to answer PING.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One local master.
+#[derive(Debug)]
+struct LocalNode {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+/// N local masters on loopback; all are killed when this is dropped.
+#[derive(Debug)]
+pub struct LocalNodes {
+    binary: PathBuf,
+    args: Vec<String>,
+    nodes: Vec<LocalNode>,
+    // Last, so the processes are gone before their directories are removed.
+    _root: tempfile::TempDir,
+}
+
+impl LocalNodes {
+    /// Starts `n` masters without persistence (`--save "" --appendonly no`).
+    ///
+    /// # Errors
+    ///
+    /// When `redis-server` cannot be found or a server does not come up; the message says how
+    /// to install it or what the server logged.
+    pub fn start(n: usize) -> io::Result<Self> {
+        Self::start_with(n, &[])
+    }
+
+    /// Starts `n` masters with extra `redis-server` arguments (for example
+    /// `["--appendonly", "yes", "--appendfsync", "always"]`), which come after the defaults and
+    /// so override them.
+    ///
+    /// # Errors
+    ///
+    /// As [`LocalNodes::start`].
+    pub fn start_with(n: usize, extra_args: &[&str]) -> io::Result<Self> {
+        let binary = find_redis_server()?;
+        let root = tempfile::Builder::new().prefix("redquorum-dev-").tempdir()?;
+        let mut nodes = LocalNodes {
+            binary,
+            args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            nodes: Vec::with_capacity(n),
+            _root: root,
+        };
+        for i in 0..n {
+            let dir = nodes._root.path().join(format!("node{i}"));
+            std::fs::create_dir_all(&dir)?;
+            let node = nodes.spawn_on_free_port(dir)?;
+            nodes.nodes.push(node);
+        }
+        Ok(nodes)
+    }
+
+    /// How many masters there are.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// `redis://127.0.0.1:PORT` for each master.
+    pub fn urls(&self) -> Vec<String> {
+        (0..self.nodes.len()).map(|i| self.url(i)).collect()
+    }
+
+    /// The URL of master `i`.
+    pub fn url(&self, i: usize) -> String {
+        format!("redis://127.0.0.1:{}", self.nodes[i].port)
+    }
+
+    /// The port of master `i`.
+    pub fn port(&self, i: usize) -> u16 {
+        self.nodes[i].port
+    }
+
+    /// The process id of master `i`, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().map(Child::id)
+    }
+
+    /// Kills master `i` with SIGKILL and waits for it to be gone.
+    ///
+    /// # Errors
+    ///
+    /// When the process cannot be signalled or waited for.
+    pub fn kill(&mut self, i: usize) -> io::Result<()> {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Stops master `i` with SIGSTOP: it keeps its connections but answers nothing.
+    ///
+    /// # Errors
+    ///
+    /// When the master is not running or cannot be signalled.
+    pub fn pause(&self, i: usize) -> io::Result<()> {
+        self.signal(i, Signal::SIGSTOP)
+    }
+
+    /// Resumes a paused master `i` with SIGCONT.
+    ///
+    /// # Errors
+    ///
+    /// When the master is not running or cannot be signalled.
+    pub fn resume(&self, i: usize) -> io::Result<()> {
+        self.signal(i, Signal::SIGCONT)
+    }
+
+    /// Starts master `i` again on the same port and directory (killing it first if it runs).
+    /// Without persistence it comes back empty.
+    ///
+    /// # Errors
+    ///
+    /// When it does not come back up.
+    pub fn restart(&mut self, i: usize) -> io::Result<()> {
+        self.kill(i)?;
+        let port = self.nodes[i].port;
+        let dir = self.nodes[i].dir.clone();
+        // The port was just freed by our own process; it is ours unless someone races for it.
+        let child = self.spawn(port, &dir)?;
+        self.nodes[i].child = Some(child);
+        Ok(())
+    }
+
+    fn signal(&self, i: usize, signal: Signal) -> io::Result<()> {
+        let pid = self.pid(i).ok_or_else(|| io::Error::other(format!("node {i} is not running")))?;
+        let pid = i32::try_from(pid).map_err(io::Error::other)?;
+        kill(Pid::from_raw(pid), signal).map_err(io::Error::from)
+    }
+
+    fn spawn_on_free_port(&self, dir: PathBuf) -> io::Result<LocalNode> {
+        // Another process may take the port between our probe and redis-server's bind; try again
+        // with a new port when that happens.
+        let mut last = None;
+        for _ in 0..5 {
+            let port = free_port()?;
+            match self.spawn(port, &dir) {
+                Ok(child) => return Ok(LocalNode { port, dir, child: Some(child) }),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("could not start redis-server")))
+    }
+
+    fn spawn(&self, port: u16, dir: &Path) -> io::Result<Child> {
+        let log = dir.join("redis.log");
+        let mut child = Command::new(&self.binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .arg("--logfile")
+            .arg(&log)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                let logged = std::fs::read_to_string(&log).unwrap_or_default();
+                let tail: Vec<&str> = logged.lines().rev().take(5).collect();
+                return Err(io::Error::other(format!(
+                    "redis-server on port {port} exited with {status}: {}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                )));
+            }
+            if ping(port) {
+                return Ok(child);
+            }
+            if started.elapsed() > START_TIMEOUT {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("redis-server on port {port} did not answer PING within {START_TIMEOUT:?}"),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for LocalNodes {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                // SIGKILL works on paused processes too.
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Finds `redis-server`: [`REDIS_SERVER_ENV`] if set, else the first one on `PATH`.
+///
+/// # Errors
+///
+/// A `NotFound` error that says how to install it.
+pub fn find_redis_server() -> io::Result<PathBuf> {
+    if let Some(path) = std::env::var_os(REDIS_SERVER_ENV) {
+        return Ok(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("redis-server"))
+        .find(|candidate| candidate.is_file())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "redis-server was not found on PATH; install it (Debian/Ubuntu: `apt-get install -y redis-server`, macOS: `brew install redis`) or set {REDIS_SERVER_ENV} to its path"
+                ),
+            )
+        })
+}
+
+fn free_port() -> io::Result<u16> {
+    let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Whether a server on `port` answers PING (a raw RESP exchange: no client needed).
+fn ping(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(100)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}

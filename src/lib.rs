@@ -1,0 +1,63 @@
+//! redquorum: quorum locks (Redlock) over N independent Redis masters.
+//!
+//! A lock is held when a strict majority of the masters hold a key for it with the holder's
+//! random token. Every operation goes to all masters at once and returns as soon as the vote is
+//! decided; every call to a master has its own short deadline, so a dead, paused or reconnecting
+//! master costs little; validity is measured on the monotonic clock with an allowance for clock
+//! drift.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redquorum::{Client, LockOptions};
+//!
+//! # async fn run() -> Result<(), redquorum::Error> {
+//! let client = Client::new([
+//!     "redis://10.0.0.1:6379",
+//!     "redis://10.0.0.2:6379",
+//!     "redis://10.0.0.3:6379",
+//! ])?;
+//! let mut lock = client.acquire("nightly-report", &LockOptions::new(Duration::from_secs(30))).await?;
+//! // ... work, checking lock.remaining() or extending before it runs out ...
+//! lock.extend(Duration::from_secs(30)).await?;
+//! lock.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Safety notes
+//!
+//! The lock is exclusive as long as the masters keep their keys for the TTL: a master that
+//! restarts without persistence forgets the locks it held, and a master whose clock jumps
+//! forward expires them early. A holder that is paused (GC, swapping) past its validity may act
+//! after someone else took the lock; check [`Lock::remaining`] before acting on a lock.
+//!
+//! # Layout
+//!
+//! - [`config`]: settings, defaults and limits, in one place.
+//! - [`quorum`]: pure vote counting and validity maths.
+//! - `node`: one master, its connection and its Lua scripts (`lua/`).
+//! - `fanout`: one operation on all masters at once.
+//! - `lock`: acquire, extend, release and the [`Lock`] handle.
+//! - `client`: the [`Client`] and inspection of a lock.
+//! - [`metrics`]: the metric names the library records.
+//! - [`dev`]: local `redis-server` processes for development, tests and benchmarks.
+
+mod client;
+pub mod config;
+pub mod dev;
+mod error;
+mod fanout;
+mod lock;
+pub mod metrics;
+mod node;
+pub mod quorum;
+
+pub use client::{Client, LockInfo, NodeLockState};
+pub use config::{ClientBuilder, LockOptions};
+pub use error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
+pub use lock::Lock;
+
+// The README's examples are compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,508 @@
+//! Acquire, extend and release on a quorum, and the [`Lock`] handle a holder keeps.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use rand::TryRng;
+use tracing::{Instrument, debug, debug_span};
+
+use crate::client::Client;
+use crate::config::{LockOptions, validate_token, validate_ttl};
+use crate::error::{Error, NodeFailure, Operation, Result};
+use crate::fanout::{Answer, fan_out};
+use crate::node::{AcquireReply, Node, ReleaseReply};
+use crate::quorum::{Decision, Tally, validity};
+
+/// Bytes of OS randomness in a holder token (hex-encoded, so tokens are 32 characters).
+const TOKEN_BYTES: usize = 16;
+
+/// A lock held on a quorum of nodes.
+///
+/// The lock is only safe to act on while [`Lock::remaining`] is above zero; extend it with
+/// [`Lock::extend`] and give it up with [`Lock::release`]. Dropping it does not release it:
+/// the nodes expire it at its TTL.
+#[must_use = "a lock that is dropped stays held on the nodes until its TTL expires; call release()"]
+pub struct Lock {
+    client: Client,
+    name: String,
+    key: String,
+    token: String,
+    ttl: Duration,
+    valid_until: Instant,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The token is a capability: whoever has it can release the lock. Keep it out of logs.
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .field("ttl", &self.ttl)
+            .field("remaining", &self.remaining())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lock {
+    fn new(client: &Client, name: &str, key: String, token: String, ttl: Duration, valid_until: Instant) -> Self {
+        crate::metrics::locks_held(1.0);
+        Lock {
+            client: client.clone(),
+            name: name.to_owned(),
+            key,
+            token,
+            ttl,
+            valid_until,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The holder's token: 128 random bits from the operating system, hex-encoded. Only this
+    /// token can extend or release the lock.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The TTL the lock was last set with.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The instant (monotonic clock) until which the lock is certainly held.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// How much longer the lock is certainly held; zero once it may have expired.
+    pub fn remaining(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lock is still certainly held.
+    pub fn is_valid(&self) -> bool {
+        self.remaining() > Duration::ZERO
+    }
+
+    /// Sets the lock's TTL to `ttl` on a quorum, counting from now.
+    ///
+    /// It only succeeds while the lock is valid, never deletes the lock, and never recreates it
+    /// on a node that has lost it. On error the lock's validity is unchanged (and may still run).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] when the lock has expired or a quorum no longer has it;
+    /// [`Error::QuorumUnavailable`] when too many nodes failed to answer in time;
+    /// [`Error::InvalidArgument`] for a TTL out of bounds.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        validate_ttl(ttl)?;
+        if !self.is_valid() {
+            crate::metrics::extension("lost");
+            crate::metrics::lock_lost();
+            return Err(Error::LockLost { name: self.name.clone() });
+        }
+        let result = self
+            .client
+            .extend_key(&self.name, &self.key, &self.token, ttl, Some(self.valid_until))
+            .await;
+        match result {
+            Ok(valid_until) => {
+                self.valid_until = valid_until;
+                self.ttl = ttl;
+                Ok(())
+            }
+            Err(Error::NotHeld { name }) => {
+                crate::metrics::lock_lost();
+                Err(Error::LockLost { name })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the lock on every node where this token still holds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::release_token`]. A lock that has already expired is released successfully.
+    pub async fn release(self) -> Result<()> {
+        self.client.release_key(&self.name, &self.key, &self.token).await
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        crate::metrics::locks_held(-1.0);
+    }
+}
+
+impl Client {
+    /// Takes the lock `name` on a quorum, retrying with jittered delays until `opts.wait` runs out.
+    ///
+    /// Each attempt asks every node at once and decides as soon as a quorum granted or could no
+    /// longer grant; a failed attempt releases what it got on every node before the next one.
+    /// Dropping the returned future cancels: grants of an attempt under way are released in the
+    /// background (or expire at their TTL when there is no runtime).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] (no node is contacted); otherwise the last attempt's error:
+    /// [`Error::Contended`], [`Error::QuorumUnavailable`], or [`Error::Timeout`] when a quorum
+    /// granted too slowly to leave the minimum validity.
+    pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lock> {
+        self.acquire_with(name, opts, opts.get_wait()).await
+    }
+
+    /// Makes a single attempt to take the lock `name` (the options' wait is ignored).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`].
+    pub async fn try_acquire(&self, name: &str, opts: &LockOptions) -> Result<Lock> {
+        self.acquire_with(name, opts, Duration::ZERO).await
+    }
+
+    async fn acquire_with(&self, name: &str, opts: &LockOptions, wait: Duration) -> Result<Lock> {
+        let started = Instant::now();
+        let result = async {
+            let key = self.key(name)?;
+            opts.validate(&self.inner.settings)?;
+            let token = new_token()?;
+            let wait_until = started + wait;
+            let mut attempt = 0u32;
+            loop {
+                attempt += 1;
+                let error = match self.attempt(name, &key, &token, opts).instrument(debug_span!("attempt", attempt)).await {
+                    Ok(valid_until) => return Ok(Lock::new(self, name, key, token, opts.get_ttl(), valid_until)),
+                    Err(e) => e,
+                };
+                let now = Instant::now();
+                if now >= wait_until {
+                    return Err(error);
+                }
+                let delay = retry_delay(opts).min(wait_until - now);
+                debug!(attempt, error = %error, delay = ?delay, "attempt failed; retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+        .instrument(debug_span!("acquire", lock = %name))
+        .await;
+        let outcome = match &result {
+            Ok(_) => "acquired",
+            Err(e) => e.code(),
+        };
+        crate::metrics::acquire_done(outcome, started.elapsed().as_secs_f64());
+        result
+    }
+
+    /// One attempt: ask every node, count the votes, release on failure.
+    async fn attempt(&self, name: &str, key: &str, token: &str, opts: &LockOptions) -> Result<Instant> {
+        let settings = &self.inner.settings;
+        let nodes = &self.inner.nodes;
+        let ttl = opts.get_ttl();
+        let drift = settings.drift(ttl);
+        let start = Instant::now();
+        // A node answering at the very deadline must still leave the minimum validity.
+        let budget = ttl.saturating_sub(drift).saturating_sub(opts.get_min_validity());
+        let deadline = start + settings.node_timeout.min(budget);
+
+        let mut cleanup = ReleaseOnDrop {
+            client: self,
+            key,
+            token,
+            armed: true,
+        };
+        let mut tally = Tally::new(nodes.len());
+        let answers = fan_out(
+            nodes,
+            Operation::Acquire,
+            deadline,
+            |_, node| node.acquire(key, token, ttl),
+            |i, answer| {
+                debug!(node = nodes[i].addr(), answer = ?answer, "acquire");
+                match answer {
+                    Ok(AcquireReply::Granted) => tally.yes(),
+                    Ok(AcquireReply::Held(_)) => tally.no(),
+                    Err(_) => tally.failed(),
+                }
+                tally.decision()
+            },
+        )
+        .await;
+        let elapsed = start.elapsed();
+
+        let error = if tally.decision() == Decision::Reached {
+            match validity(ttl, elapsed, drift) {
+                Some(v) if v >= opts.get_min_validity() => {
+                    cleanup.armed = false;
+                    return Ok(start + ttl - drift);
+                }
+                _ => Error::Timeout {
+                    operation: Operation::Acquire,
+                    name: name.to_owned(),
+                    elapsed,
+                    detail: format!(
+                        "a quorum granted, but too late to leave the minimum validity of {}",
+                        humantime::format_duration(opts.get_min_validity())
+                    ),
+                },
+            }
+        } else {
+            let holders = addrs_where(nodes, &answers, |a| matches!(a, Ok(AcquireReply::Held(_))));
+            let failures = failures(nodes, &answers);
+            if holders.is_empty() {
+                self.unavailable(Operation::Acquire, name, failures)
+            } else {
+                Error::Contended {
+                    name: name.to_owned(),
+                    holders,
+                    failures,
+                    total: nodes.len(),
+                }
+            }
+        };
+        // A node that answered "held by another" has nothing of ours; every other node may.
+        self.release_where(key, token, |i| !matches!(answers[i], Some(Ok(AcquireReply::Held(_)))))
+            .await;
+        cleanup.armed = false;
+        Err(error)
+    }
+
+    /// Extends a lock by name and token, as a stateless caller (the HTTP service) would.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when the token does not hold the lock on a quorum (wrong token, or the
+    /// lock expired); otherwise as [`Lock::extend`].
+    pub async fn extend_token(&self, name: &str, token: &str, ttl: Duration) -> Result<Lock> {
+        let key = self.key(name)?;
+        validate_token(token)?;
+        validate_ttl(ttl)?;
+        let valid_until = self.extend_key(name, &key, token, ttl, None).await?;
+        Ok(Lock::new(self, name, key, token.to_owned(), ttl, valid_until))
+    }
+
+    async fn extend_key(
+        &self,
+        name: &str,
+        key: &str,
+        token: &str,
+        ttl: Duration,
+        valid_until: Option<Instant>,
+    ) -> Result<Instant> {
+        let settings = &self.inner.settings;
+        let nodes = &self.inner.nodes;
+        let start = Instant::now();
+        // Answers after the current validity are of no use: the lock may be gone by then.
+        let deadline = valid_until.map_or(start + settings.node_timeout, |v| v.min(start + settings.node_timeout));
+        let mut tally = Tally::new(nodes.len());
+        let answers = fan_out(
+            nodes,
+            Operation::Extend,
+            deadline,
+            |_, node| node.extend(key, token, ttl),
+            |i, answer| {
+                debug!(node = nodes[i].addr(), answer = ?answer, "extend");
+                match answer {
+                    Ok(true) => tally.yes(),
+                    Ok(false) => tally.no(),
+                    Err(_) => tally.failed(),
+                }
+                tally.decision()
+            },
+        )
+        .instrument(debug_span!("extend", lock = %name))
+        .await;
+        let drift = settings.drift(ttl);
+        let in_time = valid_until.is_none_or(|v| Instant::now() < v);
+        if tally.decision() == Decision::Reached && in_time {
+            crate::metrics::extension("extended");
+            return Ok(start + ttl - drift);
+        }
+        // Refusals alone rule a quorum out: the lock is gone, whatever the failed nodes say.
+        let quorum = self.quorum();
+        if !in_time || nodes.len() - tally.no_count() < quorum {
+            crate::metrics::extension("lost");
+            return Err(Error::NotHeld { name: name.to_owned() });
+        }
+        crate::metrics::extension("unavailable");
+        Err(self.unavailable(Operation::Extend, name, failures(nodes, &answers)))
+    }
+
+    /// Releases a lock by name and token, as a stateless caller (the HTTP service) would.
+    ///
+    /// Compare-and-delete on every node: only keys holding this token are deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when no node had this token and another token holds the lock (nothing
+    /// is changed); [`Error::QuorumUnavailable`] when fewer than a quorum of nodes answered (keys
+    /// left behind expire at their TTL); [`Error::InvalidArgument`] for a bad name or token.
+    /// A lock that is already gone everywhere counts as released.
+    pub async fn release_token(&self, name: &str, token: &str) -> Result<()> {
+        let key = self.key(name)?;
+        validate_token(token)?;
+        self.release_key(name, &key, token).await
+    }
+
+    async fn release_key(&self, name: &str, key: &str, token: &str) -> Result<()> {
+        let nodes = &self.inner.nodes;
+        let answers = self
+            .release_where(key, token, |_| true)
+            .instrument(debug_span!("release", lock = %name))
+            .await;
+        let count = |reply: ReleaseReply| answers.iter().filter(|a| matches!(a, Some(Ok(r)) if *r == reply)).count();
+        let (deleted, absent, foreign) = (
+            count(ReleaseReply::Deleted),
+            count(ReleaseReply::Absent),
+            count(ReleaseReply::Foreign),
+        );
+        if deleted + absent + foreign < self.quorum() {
+            crate::metrics::release("unavailable");
+            return Err(self.unavailable(Operation::Release, name, failures(nodes, &answers)));
+        }
+        if deleted == 0 && foreign > 0 {
+            crate::metrics::release("not_held");
+            return Err(Error::NotHeld { name: name.to_owned() });
+        }
+        crate::metrics::release("released");
+        Ok(())
+    }
+
+    /// Compare-and-delete on the nodes `which` selects, waiting for all of them (or the
+    /// per-node deadline). Unselected nodes answer `None`.
+    async fn release_where(
+        &self,
+        key: &str,
+        token: &str,
+        which: impl Fn(usize) -> bool,
+    ) -> Vec<Option<Answer<ReleaseReply>>> {
+        let nodes = &self.inner.nodes;
+        let deadline = Instant::now() + self.inner.settings.node_timeout;
+        // Unselected nodes are answered at once with `None`, which is never counted.
+        let answers = fan_out(
+            nodes,
+            Operation::Release,
+            deadline,
+            |i, node| {
+                let selected = which(i);
+                async move {
+                    if selected { node.release(key, token).await.map(Some) } else { Ok(None) }
+                }
+            },
+            |i, answer| {
+                debug!(node = nodes[i].addr(), answer = ?answer, "release");
+                Decision::Pending
+            },
+        )
+        .await;
+        answers
+            .into_iter()
+            .map(|a| match a {
+                Some(Ok(None)) => None,
+                Some(Ok(Some(reply))) => Some(Ok(reply)),
+                Some(Err(e)) => Some(Err(e)),
+                None => None,
+            })
+            .collect()
+    }
+}
+
+/// Releases an attempt's grants if the attempt's future is dropped half-way.
+struct ReleaseOnDrop<'a> {
+    client: &'a Client,
+    key: &'a str,
+    token: &'a str,
+    armed: bool,
+}
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Without a runtime the grants simply expire at their TTL.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            let key = self.key.to_owned();
+            let token = self.token.to_owned();
+            runtime.spawn(async move {
+                client.release_where(&key, &token, |_| true).await;
+            });
+        }
+    }
+}
+
+/// The addresses of the nodes whose answer matches.
+fn addrs_where<T>(nodes: &[Node], answers: &[Option<Answer<T>>], pred: impl Fn(&Answer<T>) -> bool) -> Vec<String> {
+    nodes
+        .iter()
+        .zip(answers)
+        .filter(|(_, a)| a.as_ref().is_some_and(&pred))
+        .map(|(n, _)| n.addr().to_owned())
+        .collect()
+}
+
+/// The nodes that failed, and how.
+fn failures<T>(nodes: &[Node], answers: &[Option<Answer<T>>]) -> Vec<NodeFailure> {
+    nodes
+        .iter()
+        .zip(answers)
+        .filter_map(|(n, a)| match a {
+            Some(Err(kind)) => Some(NodeFailure {
+                node: n.addr().to_owned(),
+                kind: kind.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A fresh holder token: [`TOKEN_BYTES`] bytes from the OS generator, hex-encoded.
+fn new_token() -> Result<String> {
+    let mut bytes = [0u8; TOKEN_BYTES];
+    rand::rngs::SysRng
+        .try_fill_bytes(&mut bytes)
+        .map_err(|e| Error::Entropy(e.to_string()))?;
+    let mut token = String::with_capacity(TOKEN_BYTES * 2);
+    for b in bytes {
+        use std::fmt::Write;
+        let _ = write!(token, "{b:02x}");
+    }
+    Ok(token)
+}
+
+/// The pause before the next attempt: the fixed delay plus a uniform random part.
+fn retry_delay(opts: &LockOptions) -> Duration {
+    let jitter = u64::try_from(opts.get_retry_jitter().as_micros()).unwrap_or(u64::MAX);
+    let extra = if jitter == 0 { 0 } else { rand::random_range(0..jitter) };
+    opts.get_retry_delay() + Duration::from_micros(extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_128_bit_hex_and_distinct() {
+        let a = new_token().unwrap();
+        let b = new_token().unwrap();
+        assert_eq!(a.len(), 32);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn retry_delays_stay_within_delay_plus_jitter() {
+        let opts = LockOptions::default()
+            .retry_delay(Duration::from_millis(10))
+            .retry_jitter(Duration::from_millis(5));
+        let delays: Vec<Duration> = (0..200).map(|_| retry_delay(&opts)).collect();
+        assert!(delays.iter().all(|d| *d >= Duration::from_millis(10) && *d < Duration::from_millis(15)));
+        // Jitter really varies the delay (200 equal draws from 5000 values is impossible in practice).
+        assert!(delays.iter().any(|d| *d != delays[0]));
+        let fixed = LockOptions::default().retry_jitter(Duration::ZERO);
+        assert_eq!(retry_delay(&fixed), fixed.get_retry_delay());
+    }
+}

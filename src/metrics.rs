@@ -1,0 +1,121 @@
+//! Metric names and recording helpers: what the library reports through the `metrics` facade.
+//!
+//! Every name starts with `redquorum_` and carries its unit; labels are bounded (operation,
+//! outcome, node address, error kind), never a lock name. Handles are looked up when a client
+//! is built, so install a recorder (for example `metrics-exporter-prometheus`) before building
+//! the [`Client`](crate::Client) whose metrics it should see.
+
+use metrics::{Counter, Gauge, Histogram, Unit};
+
+use crate::error::Operation;
+
+/// Histogram, label `outcome`: time from the start of an acquire to its result, retries included.
+pub const ACQUIRE_DURATION: &str = "redquorum_acquire_duration_seconds";
+/// Histogram, labels `node`, `operation`: time of one call to one node.
+pub const NODE_REQUEST_DURATION: &str = "redquorum_node_request_duration_seconds";
+/// Counter, labels `node`, `operation`, `kind`: calls to a node that failed.
+pub const NODE_ERRORS: &str = "redquorum_node_errors_total";
+/// Counter, label `operation`: operations that could not reach a quorum.
+pub const QUORUM_FAILURES: &str = "redquorum_quorum_failures_total";
+/// Counter, label `outcome`: extensions of a held lock.
+pub const EXTENSIONS: &str = "redquorum_extensions_total";
+/// Counter, label `outcome`: releases.
+pub const RELEASES: &str = "redquorum_releases_total";
+/// Counter: locks found lost by their holder (an extend that found the lock gone or expired).
+pub const LOCKS_LOST: &str = "redquorum_locks_lost_total";
+/// Gauge: locks this process holds now.
+pub const LOCKS_HELD: &str = "redquorum_locks_held";
+/// Gauge, label `node`: 1 when the node's last call got an answer, 0 when it failed.
+pub const NODE_UP: &str = "redquorum_node_up";
+
+/// Registers descriptions and units with the installed recorder, if any.
+pub(crate) fn describe() {
+    metrics::describe_histogram!(ACQUIRE_DURATION, Unit::Seconds, "Acquire latency by outcome, retries included");
+    metrics::describe_histogram!(NODE_REQUEST_DURATION, Unit::Seconds, "Latency of one call to one node");
+    metrics::describe_counter!(NODE_ERRORS, "Calls to a node that failed, by kind");
+    metrics::describe_counter!(QUORUM_FAILURES, "Operations that could not reach a quorum");
+    metrics::describe_counter!(EXTENSIONS, "Extensions of held locks by outcome");
+    metrics::describe_counter!(RELEASES, "Releases by outcome");
+    metrics::describe_counter!(LOCKS_LOST, "Locks found lost by their holder");
+    metrics::describe_gauge!(LOCKS_HELD, "Locks held by this process");
+    metrics::describe_gauge!(NODE_UP, "Whether the node answered its last call");
+}
+
+const OPERATIONS: [Operation; 4] = [
+    Operation::Acquire,
+    Operation::Extend,
+    Operation::Release,
+    Operation::Inspect,
+];
+
+/// One node's metric handles, looked up once so the hot path does no registry lookups.
+#[derive(Debug)]
+pub(crate) struct NodeMetrics {
+    node: String,
+    durations: [Histogram; 4],
+    up: Gauge,
+}
+
+impl NodeMetrics {
+    pub(crate) fn new(node: &str) -> Self {
+        let durations = OPERATIONS.map(|op| {
+            metrics::histogram!(NODE_REQUEST_DURATION, "node" => node.to_owned(), "operation" => op.as_str())
+        });
+        NodeMetrics {
+            node: node.to_owned(),
+            durations,
+            up: metrics::gauge!(NODE_UP, "node" => node.to_owned()),
+        }
+    }
+
+    pub(crate) fn success(&self, op: Operation, seconds: f64) {
+        self.durations[op_index(op)].record(seconds);
+        self.up.set(1.0);
+    }
+
+    pub(crate) fn failure(&self, op: Operation, kind: &'static str) {
+        metrics::counter!(NODE_ERRORS, "node" => self.node.clone(), "operation" => op.as_str(), "kind" => kind)
+            .increment(1);
+        // A timeout may be a slow node rather than a dead one; only a failed connection says down.
+        if kind == "connection" {
+            self.up.set(0.0);
+        }
+    }
+}
+
+fn op_index(op: Operation) -> usize {
+    match op {
+        Operation::Acquire => 0,
+        Operation::Extend => 1,
+        Operation::Release => 2,
+        Operation::Inspect => 3,
+    }
+}
+
+pub(crate) fn acquire_done(outcome: &'static str, seconds: f64) {
+    metrics::histogram!(ACQUIRE_DURATION, "outcome" => outcome).record(seconds);
+}
+
+pub(crate) fn quorum_failure(op: Operation) {
+    quorum_failures(op).increment(1);
+}
+
+fn quorum_failures(op: Operation) -> Counter {
+    metrics::counter!(QUORUM_FAILURES, "operation" => op.as_str())
+}
+
+pub(crate) fn extension(outcome: &'static str) {
+    metrics::counter!(EXTENSIONS, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn release(outcome: &'static str) {
+    metrics::counter!(RELEASES, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn lock_lost() {
+    metrics::counter!(LOCKS_LOST).increment(1);
+}
+
+pub(crate) fn locks_held(delta: f64) {
+    metrics::gauge!(LOCKS_HELD).increment(delta);
+}

@@ -1,0 +1,203 @@
+//! Vote counting and validity maths: pure functions with no I/O, so every rule is unit-tested.
+
+use std::time::Duration;
+
+/// How many of `n` nodes make a majority: `n / 2 + 1`.
+pub fn quorum(n: usize) -> usize {
+    n / 2 + 1
+}
+
+/// The clock-drift allowance for a TTL: `ttl × factor + min`.
+pub fn drift(ttl: Duration, factor: f64, min: Duration) -> Duration {
+    // `mul_f64` panics on negative or non-finite input; the factor is validated to be in
+    // 0..=0.5 when the client is built, but saturate anyway rather than trust that.
+    let scaled = if factor.is_finite() && factor > 0.0 {
+        Duration::try_from_secs_f64(ttl.as_secs_f64() * factor).unwrap_or(Duration::MAX)
+    } else {
+        Duration::ZERO
+    };
+    scaled.saturating_add(min)
+}
+
+/// What is left of a TTL once `elapsed` (since the attempt began, on the monotonic clock) and
+/// the drift allowance are taken off; `None` when nothing is left.
+pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
+    ttl.checked_sub(elapsed)?.checked_sub(drift).filter(|v| !v.is_zero())
+}
+
+/// Where a vote stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Not enough answers yet either way.
+    Pending,
+    /// A quorum said yes.
+    Reached,
+    /// Too many said no or failed for a quorum to be possible.
+    Impossible,
+}
+
+/// Counts the answers of `n` nodes to one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tally {
+    nodes: usize,
+    yes: usize,
+    no: usize,
+    failed: usize,
+}
+
+impl Tally {
+    /// A tally for `nodes` nodes with no answer yet.
+    pub fn new(nodes: usize) -> Self {
+        Tally { nodes, yes: 0, no: 0, failed: 0 }
+    }
+
+    /// A node agreed.
+    pub fn yes(&mut self) {
+        self.yes += 1;
+    }
+
+    /// A node answered that it will not agree (held by another token, say).
+    pub fn no(&mut self) {
+        self.no += 1;
+    }
+
+    /// A node did not answer usefully.
+    pub fn failed(&mut self) {
+        self.failed += 1;
+    }
+
+    /// How many said yes.
+    pub fn yes_count(&self) -> usize {
+        self.yes
+    }
+
+    /// How many said no.
+    pub fn no_count(&self) -> usize {
+        self.no
+    }
+
+    /// How many failed.
+    pub fn failed_count(&self) -> usize {
+        self.failed
+    }
+
+    /// How many have not answered.
+    pub fn pending(&self) -> usize {
+        self.nodes.saturating_sub(self.yes + self.no + self.failed)
+    }
+
+    /// Whether the vote is decided: reached as soon as a quorum said yes, impossible as soon as
+    /// the yes votes plus those still pending cannot make a quorum.
+    pub fn decision(&self) -> Decision {
+        let needed = quorum(self.nodes);
+        if self.yes >= needed {
+            Decision::Reached
+        } else if self.yes + self.pending() < needed {
+            Decision::Impossible
+        } else {
+            Decision::Pending
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn quorum_is_a_strict_majority_for_odd_and_even_n() {
+        let expected = [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4)];
+        for (n, q) in expected {
+            assert_eq!(quorum(n), q, "n = {n}");
+            // Two quorums always share a node: that is what makes the lock exclusive.
+            assert!(2 * quorum(n) > n, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn drift_is_factor_times_ttl_plus_minimum() {
+        assert_eq!(drift(Duration::from_secs(10), 0.01, 2 * MS), 102 * MS);
+        assert_eq!(drift(Duration::from_secs(10), 0.0, 2 * MS), 2 * MS);
+        assert_eq!(drift(Duration::from_secs(10), f64::NAN, 2 * MS), 2 * MS);
+        assert_eq!(drift(Duration::from_secs(10), -1.0, 2 * MS), 2 * MS);
+    }
+
+    #[test]
+    fn validity_takes_off_elapsed_time_and_drift() {
+        let ttl = Duration::from_secs(10);
+        let d = drift(ttl, 0.01, 2 * MS);
+        assert_eq!(validity(ttl, Duration::ZERO, d), Some(ttl - 102 * MS));
+        assert_eq!(validity(ttl, 400 * MS, d), Some(ttl - 502 * MS));
+        // Exactly nothing left, and less than nothing, are both no validity.
+        assert_eq!(validity(ttl, ttl - d, d), None);
+        assert_eq!(validity(ttl, ttl, d), None);
+        assert_eq!(validity(ttl, 2 * ttl, d), None);
+    }
+
+    #[test]
+    fn three_nodes_decide_early() {
+        let mut t = Tally::new(3);
+        assert_eq!(t.decision(), Decision::Pending);
+        t.yes();
+        assert_eq!(t.decision(), Decision::Pending);
+        t.yes();
+        assert_eq!(t.decision(), Decision::Reached, "two of three is enough, the third need not answer");
+
+        let mut t = Tally::new(3);
+        t.no();
+        assert_eq!(t.decision(), Decision::Pending);
+        t.failed();
+        assert_eq!(t.decision(), Decision::Impossible, "one no and one failure leave at most one yes");
+    }
+
+    #[test]
+    fn five_nodes_need_three() {
+        let mut t = Tally::new(5);
+        t.yes();
+        t.yes();
+        t.no();
+        t.failed();
+        assert_eq!(t.decision(), Decision::Pending);
+        assert_eq!(t.pending(), 1);
+        t.yes();
+        assert_eq!(t.decision(), Decision::Reached);
+
+        let mut t = Tally::new(5);
+        t.yes();
+        t.yes();
+        t.no();
+        t.no();
+        assert_eq!(t.decision(), Decision::Pending);
+        t.failed();
+        assert_eq!(t.decision(), Decision::Impossible);
+        assert_eq!((t.yes_count(), t.no_count(), t.failed_count()), (2, 2, 1));
+    }
+
+    #[test]
+    fn even_n_needs_more_than_half() {
+        let mut t = Tally::new(4);
+        t.yes();
+        t.yes();
+        t.no();
+        assert_eq!(t.decision(), Decision::Pending, "2 of 4 is not a majority");
+        t.no();
+        assert_eq!(t.decision(), Decision::Impossible, "a 2-2 split is no quorum for anyone");
+
+        let mut t = Tally::new(2);
+        t.yes();
+        t.failed();
+        assert_eq!(t.decision(), Decision::Impossible, "with two nodes both must agree");
+    }
+
+    #[test]
+    fn a_single_node_decides_alone() {
+        let mut t = Tally::new(1);
+        t.yes();
+        assert_eq!(t.decision(), Decision::Reached);
+        let mut t = Tally::new(1);
+        t.no();
+        assert_eq!(t.decision(), Decision::Impossible);
+    }
+}
