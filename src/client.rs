@@ -131,13 +131,16 @@ impl Client {
     /// [`Error::InvalidArgument`] for a bad name; [`Error::QuorumUnavailable`] when fewer than
     /// a quorum of nodes answered, so whether the lock is held cannot be told.
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
-        let key = self.key(name)?;
+        let key: Arc<str> = self.key(name)?.into();
         let deadline = Instant::now() + self.inner.settings.node_timeout;
         let answers = fan_out(
             &self.inner.nodes,
             Operation::Inspect,
             deadline,
-            |_, node| node.pttl(&key),
+            |i| {
+                let (inner, key) = (self.inner.clone(), key.clone());
+                async move { inner.nodes[i].pttl(&key).await }
+            },
             |_, _| Decision::Pending,
         )
         .await;

@@ -31,6 +31,9 @@ struct LocalNode {
 #[derive(Debug)]
 pub struct LocalNodes {
     binary: PathBuf,
+    /// Every set of nodes has its own password, so that a client still pointed at a port this
+    /// set no longer uses (a killed node's, say) can never talk to another set's server there.
+    password: String,
     args: Vec<String>,
     nodes: Vec<LocalNode>,
     // Last, so the processes are gone before their directories are removed.
@@ -60,6 +63,7 @@ impl LocalNodes {
         let root = tempfile::Builder::new().prefix("redquorum-dev-").tempdir()?;
         let mut nodes = LocalNodes {
             binary,
+            password: format!("{:032x}", rand::random::<u128>()),
             args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
             nodes: Vec::with_capacity(n),
             _root: root,
@@ -83,14 +87,14 @@ impl LocalNodes {
         self.nodes.is_empty()
     }
 
-    /// `redis://127.0.0.1:PORT` for each master.
+    /// `redis://:PASSWORD@127.0.0.1:PORT` for each master.
     pub fn urls(&self) -> Vec<String> {
         (0..self.nodes.len()).map(|i| self.url(i)).collect()
     }
 
     /// The URL of master `i`.
     pub fn url(&self, i: usize) -> String {
-        format!("redis://127.0.0.1:{}", self.nodes[i].port)
+        format!("redis://:{}@127.0.0.1:{}", self.password, self.nodes[i].port)
     }
 
     /// The port of master `i`.
@@ -178,6 +182,7 @@ impl LocalNodes {
             .arg(dir)
             .arg("--logfile")
             .arg(&log)
+            .args(["--requirepass", &self.password])
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -193,7 +198,9 @@ impl LocalNodes {
                     tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
                 )));
             }
-            if ping(port) {
+            // The pid check matters: if another process's server already has this port, ours
+            // fails to bind and exits, but that other server would answer a plain PING.
+            if server_pid(port, &self.password) == Some(child.id()) {
                 return Ok(child);
             }
             if started.elapsed() > START_TIMEOUT {
@@ -244,21 +251,42 @@ pub fn find_redis_server() -> io::Result<PathBuf> {
         })
 }
 
+/// A port that is free now, drawn at random below Linux's ephemeral range (32768 and up) so
+/// that it does not collide with the source ports of outgoing connections, and rarely with
+/// another test process drawing at the same time.
 fn free_port() -> io::Result<u16> {
-    let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
-    Ok(listener.local_addr()?.port())
+    let mut last = None;
+    for _ in 0..50 {
+        let port = rand::random_range(20_000..32_000);
+        match TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))) {
+            Ok(_) => return Ok(port),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| io::Error::other("no free port found")))
 }
 
-/// Whether a server on `port` answers PING (a raw RESP exchange: no client needed).
-fn ping(port: u16) -> bool {
+/// The `process_id` of the server answering on `port`, from `INFO server` (raw RESP: no client
+/// needed), or `None` when nothing answers.
+fn server_pid(port: u16, password: &str) -> Option<u32> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(100)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-    if stream.write_all(b"PING\r\n").is_err() {
-        return false;
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
+    stream.write_all(format!("AUTH {password}\r\nINFO server\r\n").as_bytes()).ok()?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while reply.len() < 65_536 {
+        let n = stream.read(&mut chunk).ok()?;
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        if let Some(rest) = text.split("process_id:").nth(1) {
+            if let Some(end) = rest.find("\r\n") {
+                return rest[..end].trim().parse().ok();
+            }
+        }
     }
-    let mut buf = [0u8; 7];
-    stream.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    None
 }

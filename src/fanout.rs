@@ -1,9 +1,11 @@
 //! Sends one operation to every node at once and collects answers until the vote is decided.
 //!
 //! The per-node futures are polled together on the caller's task: no task is spawned per call.
-//! When the vote is decided early, the stragglers' futures are dropped; their commands are
-//! already written to the nodes' connections, so they still run there, in order with whatever
-//! the caller sends next on the same connections (a release after a failed acquire, say).
+//! When the vote is decided early, the stragglers are handed to one background task that
+//! drives them to their answer or to the deadline, whichever comes first. Dropping them instead
+//! would lose any command not yet queued on its connection (a node still connecting, or a full
+//! send queue), and a key on more nodes than the quorum is what lets a lock survive a node
+//! that restarts empty.
 
 use std::future::Future;
 use std::time::Instant;
@@ -18,27 +20,28 @@ use crate::quorum::Decision;
 /// One node's answer; `None` in a [`fan_out`] result means the vote was decided before it came.
 pub(crate) type Answer<T> = Result<T, NodeFailureKind>;
 
-/// Calls `call` (with each node's index) on every node at once and feeds each answer to `decide`, in arrival order,
+/// Calls `call` with each node's index, on every node at once, and feeds each answer to `decide`, in arrival order,
 /// until it returns something other than [`Decision::Pending`], every node has answered, or
 /// `deadline` passes. A node still silent at the deadline is answered with
 /// [`NodeFailureKind::Timeout`] (and fed to `decide` too).
-pub(crate) async fn fan_out<'a, T, F, Fut>(
-    nodes: &'a [Node],
+pub(crate) async fn fan_out<T, F, Fut>(
+    nodes: &[Node],
     op: Operation,
     deadline: Instant,
     call: F,
     mut decide: impl FnMut(usize, &Answer<T>) -> Decision,
 ) -> Vec<Option<Answer<T>>>
 where
-    F: Fn(usize, &'a Node) -> Fut,
-    Fut: Future<Output = Answer<T>>,
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Answer<T>> + Send + 'static,
+    T: Send + 'static,
 {
     let mut answers: Vec<Option<Answer<T>>> = nodes.iter().map(|_| None).collect();
     let mut pending: FuturesUnordered<_> = nodes
         .iter()
         .enumerate()
-        .map(|(i, node)| {
-            let fut = call(i, node);
+        .map(|(i, _)| {
+            let fut = call(i);
             async move { (i, fut.await) }
         })
         .collect();
@@ -53,6 +56,7 @@ where
                 let decision = decide(i, &answer);
                 answers[i] = Some(answer);
                 if decision != Decision::Pending {
+                    finish_in_background(pending, deadline);
                     break;
                 }
             }
@@ -70,4 +74,22 @@ where
         }
     }
     answers
+}
+
+/// Drives the stragglers of a decided vote to their answers, for at most until `deadline`.
+fn finish_in_background<S>(stragglers: FuturesUnordered<S>, deadline: Instant)
+where
+    S: Future + Send + 'static,
+    S::Output: Send,
+{
+    if stragglers.is_empty() {
+        return;
+    }
+    // Without a runtime there is nothing to drive them; their keys expire at the TTL.
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let drain = stragglers.for_each(|_| async {});
+            let _ = tokio::time::timeout_at(deadline.into(), drain).await;
+        });
+    }
 }

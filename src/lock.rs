@@ -1,6 +1,7 @@
 //! Acquire, extend and release on a quorum, and the [`Lock`] handle a holder keeps.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::TryRng;
@@ -25,8 +26,8 @@ const TOKEN_BYTES: usize = 16;
 pub struct Lock {
     client: Client,
     name: String,
-    key: String,
-    token: String,
+    key: Arc<str>,
+    token: Arc<str>,
     ttl: Duration,
     valid_until: Instant,
 }
@@ -43,7 +44,7 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    fn new(client: &Client, name: &str, key: String, token: String, ttl: Duration, valid_until: Instant) -> Self {
+    fn new(client: &Client, name: &str, key: Arc<str>, token: Arc<str>, ttl: Duration, valid_until: Instant) -> Self {
         crate::metrics::locks_held(1.0);
         Lock {
             client: client.clone(),
@@ -166,9 +167,9 @@ impl Client {
     async fn acquire_with(&self, name: &str, opts: &LockOptions, wait: Duration) -> Result<Lock> {
         let started = Instant::now();
         let result = async {
-            let key = self.key(name)?;
+            let key: Arc<str> = self.key(name)?.into();
             opts.validate(&self.inner.settings)?;
-            let token = new_token()?;
+            let token: Arc<str> = new_token()?.into();
             let wait_until = started + wait;
             let mut attempt = 0u32;
             loop {
@@ -197,7 +198,7 @@ impl Client {
     }
 
     /// One attempt: ask every node, count the votes, release on failure.
-    async fn attempt(&self, name: &str, key: &str, token: &str, opts: &LockOptions) -> Result<Instant> {
+    async fn attempt(&self, name: &str, key: &Arc<str>, token: &Arc<str>, opts: &LockOptions) -> Result<Instant> {
         let settings = &self.inner.settings;
         let nodes = &self.inner.nodes;
         let ttl = opts.get_ttl();
@@ -218,7 +219,10 @@ impl Client {
             nodes,
             Operation::Acquire,
             deadline,
-            |_, node| node.acquire(key, token, ttl),
+            |i| {
+                let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
+                async move { inner.nodes[i].acquire(&key, &token, ttl).await }
+            },
             |i, answer| {
                 debug!(node = nodes[i].addr(), answer = ?answer, "acquire");
                 match answer {
@@ -276,18 +280,19 @@ impl Client {
     /// [`Error::NotHeld`] when the token does not hold the lock on a quorum (wrong token, or the
     /// lock expired); otherwise as [`Lock::extend`].
     pub async fn extend_token(&self, name: &str, token: &str, ttl: Duration) -> Result<Lock> {
-        let key = self.key(name)?;
+        let key: Arc<str> = self.key(name)?.into();
         validate_token(token)?;
         validate_ttl(ttl)?;
-        let valid_until = self.extend_key(name, &key, token, ttl, None).await?;
-        Ok(Lock::new(self, name, key, token.to_owned(), ttl, valid_until))
+        let token: Arc<str> = token.into();
+        let valid_until = self.extend_key(name, &key, &token, ttl, None).await?;
+        Ok(Lock::new(self, name, key, token, ttl, valid_until))
     }
 
     async fn extend_key(
         &self,
         name: &str,
-        key: &str,
-        token: &str,
+        key: &Arc<str>,
+        token: &Arc<str>,
         ttl: Duration,
         valid_until: Option<Instant>,
     ) -> Result<Instant> {
@@ -301,7 +306,10 @@ impl Client {
             nodes,
             Operation::Extend,
             deadline,
-            |_, node| node.extend(key, token, ttl),
+            |i| {
+                let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
+                async move { inner.nodes[i].extend(&key, &token, ttl).await }
+            },
             |i, answer| {
                 debug!(node = nodes[i].addr(), answer = ?answer, "extend");
                 match answer {
@@ -341,12 +349,12 @@ impl Client {
     /// left behind expire at their TTL); [`Error::InvalidArgument`] for a bad name or token.
     /// A lock that is already gone everywhere counts as released.
     pub async fn release_token(&self, name: &str, token: &str) -> Result<()> {
-        let key = self.key(name)?;
+        let key: Arc<str> = self.key(name)?.into();
         validate_token(token)?;
-        self.release_key(name, &key, token).await
+        self.release_key(name, &key, &token.into()).await
     }
 
-    async fn release_key(&self, name: &str, key: &str, token: &str) -> Result<()> {
+    async fn release_key(&self, name: &str, key: &Arc<str>, token: &Arc<str>) -> Result<()> {
         let nodes = &self.inner.nodes;
         let answers = self
             .release_where(key, token, |_| true)
@@ -374,8 +382,8 @@ impl Client {
     /// per-node deadline). Unselected nodes answer `None`.
     async fn release_where(
         &self,
-        key: &str,
-        token: &str,
+        key: &Arc<str>,
+        token: &Arc<str>,
         which: impl Fn(usize) -> bool,
     ) -> Vec<Option<Answer<ReleaseReply>>> {
         let nodes = &self.inner.nodes;
@@ -385,10 +393,11 @@ impl Client {
             nodes,
             Operation::Release,
             deadline,
-            |i, node| {
+            |i| {
                 let selected = which(i);
+                let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
                 async move {
-                    if selected { node.release(key, token).await.map(Some) } else { Ok(None) }
+                    if selected { inner.nodes[i].release(&key, &token).await.map(Some) } else { Ok(None) }
                 }
             },
             |i, answer| {
@@ -412,8 +421,8 @@ impl Client {
 /// Releases an attempt's grants if the attempt's future is dropped half-way.
 struct ReleaseOnDrop<'a> {
     client: &'a Client,
-    key: &'a str,
-    token: &'a str,
+    key: &'a Arc<str>,
+    token: &'a Arc<str>,
     armed: bool,
 }
 
@@ -425,8 +434,8 @@ impl Drop for ReleaseOnDrop<'_> {
         // Without a runtime the grants simply expire at their TTL.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let client = self.client.clone();
-            let key = self.key.to_owned();
-            let token = self.token.to_owned();
+            let key = self.key.clone();
+            let token = self.token.clone();
             runtime.spawn(async move {
                 client.release_where(&key, &token, |_| true).await;
             });

@@ -178,10 +178,11 @@ impl Node {
             args(&mut cmd);
             cmd
         };
-        let mut result = conn.send_packed_command(&build(known)).await;
+        // redis-rs hands server errors back as values; turn them into errors to match on.
+        let mut result = conn.send_packed_command(&build(known)).await.and_then(Value::extract_error);
         if known && matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
             self.loaded.fetch_and(!script.bit, Ordering::Relaxed);
-            result = conn.send_packed_command(&build(false)).await;
+            result = conn.send_packed_command(&build(false)).await.and_then(Value::extract_error);
         }
         match result {
             Ok(value) => {
@@ -269,7 +270,7 @@ impl Node {
         let mut conn = self.connection()?;
         let mut cmd = redis::cmd("PTTL");
         cmd.arg(key);
-        match conn.send_packed_command(&cmd).await {
+        match conn.send_packed_command(&cmd).await.and_then(Value::extract_error) {
             Ok(Value::Int(ms)) => {
                 self.metrics.success(Operation::Inspect, started.elapsed().as_secs_f64());
                 // -2: no key; -1: a key without expiry, which redquorum never writes.

@@ -1,0 +1,94 @@
+//! Shared test harness: local masters, clients tuned for tests, and raw access to each node.
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use redquorum::dev::LocalNodes;
+use redquorum::{Client, LockOptions};
+
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// Starts `n` local masters, or fails the test with the reason.
+pub fn nodes(n: usize) -> LocalNodes {
+    LocalNodes::start(n).expect("start local redis-server processes")
+}
+
+/// A client on all of `nodes` with the default per-node deadline written out.
+pub fn client(nodes: &LocalNodes) -> Client {
+    Client::builder()
+        .nodes(nodes.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("build client")
+}
+
+/// Options for short-lived test locks that retry quickly.
+pub fn opts(ttl_ms: u64) -> LockOptions {
+    LockOptions::new(Duration::from_millis(ttl_ms))
+        .retry_delay(Duration::from_millis(2))
+        .retry_jitter(Duration::from_millis(8))
+}
+
+/// A plain connection to node `i`, bypassing redquorum, to look at what is really there.
+pub async fn raw(nodes: &LocalNodes, i: usize) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(nodes.url(i))
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("raw connection")
+}
+
+/// The value of the lock key `name` on node `i` (the holder's token), if any.
+pub async fn stored_token(nodes: &LocalNodes, i: usize, name: &str) -> Option<String> {
+    raw(nodes, i).await.get(format!("redquorum:{name}")).await.expect("GET")
+}
+
+/// The remaining TTL of the lock key on node `i` in ms (-2 when absent).
+pub async fn pttl(nodes: &LocalNodes, i: usize, name: &str) -> i64 {
+    raw(nodes, i).await.pttl(format!("redquorum:{name}")).await.expect("PTTL")
+}
+
+/// Number of keys on node `i`.
+pub async fn dbsize(nodes: &LocalNodes, i: usize) -> i64 {
+    redis::cmd("DBSIZE").query_async(&mut raw(nodes, i).await).await.expect("DBSIZE")
+}
+
+/// One field of `INFO section` on node `i`.
+pub async fn info_field(nodes: &LocalNodes, i: usize, section: &str, field: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO").arg(section).query_async(&mut raw(nodes, i).await).await.expect("INFO");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_owned()))
+}
+
+/// Polls `cond` every 10 ms until it holds or `limit` passes; returns whether it held.
+pub async fn eventually<F, Fut>(limit: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + limit;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if Instant::now() > end {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (up to 2 s) until every node stores `token` for `name`. An operation returns as soon
+/// as a quorum answered, so the other nodes may still be running their command.
+pub async fn token_everywhere(nodes: &LocalNodes, name: &str, token: &str) -> bool {
+    eventually(Duration::from_secs(2), || async {
+        for i in 0..nodes.len() {
+            if stored_token(nodes, i, name).await.as_deref() != Some(token) {
+                return false;
+            }
+        }
+        true
+    })
+    .await
+}
