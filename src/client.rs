@@ -76,12 +76,19 @@ impl Client {
 
     pub(crate) fn from_builder(builder: ClientBuilder) -> Result<Self> {
         if builder.nodes.is_empty() {
-            return Err(Error::invalid("node", "no nodes given; give at least one redis:// URL (three or five for fault tolerance)"));
+            return Err(Error::invalid(
+                "node",
+                "no nodes given; give at least one redis:// URL (three or five for fault tolerance)",
+            ));
         }
         if builder.nodes.len() > limits::MAX_NODES {
             return Err(Error::invalid(
                 "node",
-                format!("{} nodes given; at most {} are supported", builder.nodes.len(), limits::MAX_NODES),
+                format!(
+                    "{} nodes given; at most {} are supported",
+                    builder.nodes.len(),
+                    limits::MAX_NODES
+                ),
             ));
         }
         crate::metrics::describe();
@@ -110,7 +117,11 @@ impl Client {
 
     /// The nodes' addresses (`host:port`, never a password), in the order given.
     pub fn nodes(&self) -> Vec<String> {
-        self.inner.nodes.iter().map(|n| n.addr().to_owned()).collect()
+        self.inner
+            .nodes
+            .iter()
+            .map(|n| n.addr().to_owned())
+            .collect()
     }
 
     /// How many nodes must agree: a strict majority.
@@ -158,7 +169,10 @@ impl Client {
         if answered < self.quorum() {
             return Err(self.unavailable(Operation::Inspect, name, failures_of(&nodes)));
         }
-        let holding = nodes.iter().filter(|n| matches!(n.ttl, Ok(Some(_)))).count();
+        let holding = nodes
+            .iter()
+            .filter(|n| matches!(n.ttl, Ok(Some(_))))
+            .count();
         Ok(LockInfo {
             name: name.to_owned(),
             held: holding >= self.quorum(),
@@ -166,7 +180,12 @@ impl Client {
         })
     }
 
-    pub(crate) fn unavailable(&self, operation: Operation, name: &str, failures: Vec<NodeFailure>) -> Error {
+    pub(crate) fn unavailable(
+        &self,
+        operation: Operation,
+        name: &str,
+        failures: Vec<NodeFailure>,
+    ) -> Error {
         crate::metrics::quorum_failure(operation);
         Error::QuorumUnavailable {
             operation,
@@ -198,12 +217,17 @@ mod tests {
     #[test]
     fn building_checks_the_node_list() {
         let none: [&str; 0] = [];
-        assert!(matches!(Client::new(none), Err(Error::InvalidArgument { field: "node", .. })));
+        assert!(matches!(
+            Client::new(none),
+            Err(Error::InvalidArgument { field: "node", .. })
+        ));
         let dup = Client::new(["redis://127.0.0.1:7000", "redis://127.0.0.1:7000/3"]).unwrap_err();
         assert!(dup.to_string().contains("given twice"), "{dup}");
         let bad = Client::new(["redis://127.0.0.1:7000", "redis//oops"]).unwrap_err();
         assert!(matches!(bad, Error::InvalidArgument { field: "node", .. }));
-        let many: Vec<String> = (0..32).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)).collect();
+        let many: Vec<String> = (0..32)
+            .map(|i| format!("redis://127.0.0.1:{}", 7000 + i))
+            .collect();
         assert!(Client::new(many).is_err());
         let ok = Client::new(["redis://127.0.0.1:7000", "redis://:pw@127.0.0.1:7001"]).unwrap();
         assert_eq!(ok.nodes(), ["127.0.0.1:7000", "127.0.0.1:7001"]);

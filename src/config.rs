@@ -176,15 +176,33 @@ impl ClientBuilder {
         if s.key_prefix.len() > limits::MAX_PREFIX_BYTES {
             return Err(Error::invalid(
                 "key_prefix",
-                format!("is {} bytes; at most {} are allowed", s.key_prefix.len(), limits::MAX_PREFIX_BYTES),
+                format!(
+                    "is {} bytes; at most {} are allowed",
+                    s.key_prefix.len(),
+                    limits::MAX_PREFIX_BYTES
+                ),
             ));
         }
-        check_range("node_timeout", s.node_timeout, Duration::from_millis(1), limits::MAX_NODE_TIMEOUT)?;
-        check_range("connect_timeout", s.connect_timeout, Duration::from_millis(1), limits::MAX_NODE_TIMEOUT)?;
+        check_range(
+            "node_timeout",
+            s.node_timeout,
+            Duration::from_millis(1),
+            limits::MAX_NODE_TIMEOUT,
+        )?;
+        check_range(
+            "connect_timeout",
+            s.connect_timeout,
+            Duration::from_millis(1),
+            limits::MAX_NODE_TIMEOUT,
+        )?;
         if !(0.0..=limits::MAX_DRIFT_FACTOR).contains(&s.drift_factor) {
             return Err(Error::invalid(
                 "drift_factor",
-                format!("is {}; it must be between 0 and {}", s.drift_factor, limits::MAX_DRIFT_FACTOR),
+                format!(
+                    "is {}; it must be between 0 and {}",
+                    s.drift_factor,
+                    limits::MAX_DRIFT_FACTOR
+                ),
             ));
         }
         Client::from_builder(self)
@@ -291,11 +309,25 @@ impl LockOptions {
         if self.wait > limits::MAX_WAIT {
             return Err(Error::invalid(
                 "wait",
-                format!("{} is above the maximum of {}", fmt(self.wait), fmt(limits::MAX_WAIT)),
+                format!(
+                    "{} is above the maximum of {}",
+                    fmt(self.wait),
+                    fmt(limits::MAX_WAIT)
+                ),
             ));
         }
-        check_range("retry_delay", self.retry_delay, Duration::ZERO, limits::MAX_RETRY_DELAY)?;
-        check_range("retry_jitter", self.retry_jitter, Duration::ZERO, limits::MAX_RETRY_DELAY)?;
+        check_range(
+            "retry_delay",
+            self.retry_delay,
+            Duration::ZERO,
+            limits::MAX_RETRY_DELAY,
+        )?;
+        check_range(
+            "retry_jitter",
+            self.retry_jitter,
+            Duration::ZERO,
+            limits::MAX_RETRY_DELAY,
+        )?;
         if self.retry_delay + self.retry_jitter < Duration::from_millis(1) && !self.wait.is_zero() {
             return Err(Error::invalid(
                 "retry_delay",
@@ -331,7 +363,11 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.len() > limits::MAX_NAME_BYTES {
         return Err(Error::invalid(
             "name",
-            format!("is {} bytes; at most {} are allowed", name.len(), limits::MAX_NAME_BYTES),
+            format!(
+                "is {} bytes; at most {} are allowed",
+                name.len(),
+                limits::MAX_NAME_BYTES
+            ),
         ));
     }
     Ok(())
@@ -345,7 +381,11 @@ pub(crate) fn validate_token(token: &str) -> Result<()> {
     if token.len() > limits::MAX_TOKEN_BYTES {
         return Err(Error::invalid(
             "token",
-            format!("is {} bytes; at most {} are allowed", token.len(), limits::MAX_TOKEN_BYTES),
+            format!(
+                "is {} bytes; at most {} are allowed",
+                token.len(),
+                limits::MAX_TOKEN_BYTES
+            ),
         ));
     }
     Ok(())
@@ -381,12 +421,24 @@ mod tests {
     #[test]
     fn ttl_bounds_are_enforced() {
         let s = settings();
-        for bad in [Duration::ZERO, Duration::from_millis(9), limits::MAX_TTL + Duration::from_millis(1)] {
+        for bad in [
+            Duration::ZERO,
+            Duration::from_millis(9),
+            limits::MAX_TTL + Duration::from_millis(1),
+        ] {
             let err = LockOptions::new(bad).validate(&s).unwrap_err();
-            assert!(matches!(err, Error::InvalidArgument { field: "ttl", .. }), "{bad:?}: {err}");
+            assert!(
+                matches!(err, Error::InvalidArgument { field: "ttl", .. }),
+                "{bad:?}: {err}"
+            );
         }
         assert!(LockOptions::new(limits::MAX_TTL).validate(&s).is_ok());
-        assert!(LockOptions::new(limits::MIN_TTL).min_validity(Duration::from_millis(1)).validate(&s).is_ok());
+        assert!(
+            LockOptions::new(limits::MIN_TTL)
+                .min_validity(Duration::from_millis(1))
+                .validate(&s)
+                .is_ok()
+        );
     }
 
     #[test]
@@ -394,8 +446,17 @@ mod tests {
         // 10 ms TTL: drift is 2.1 ms, so the default 5 ms minimum fits but 8 ms does not.
         let s = settings();
         assert!(LockOptions::new(limits::MIN_TTL).validate(&s).is_ok());
-        let err = LockOptions::new(limits::MIN_TTL).min_validity(Duration::from_millis(8)).validate(&s).unwrap_err();
-        assert!(matches!(err, Error::InvalidArgument { field: "min_validity", .. }));
+        let err = LockOptions::new(limits::MIN_TTL)
+            .min_validity(Duration::from_millis(8))
+            .validate(&s)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Error::InvalidArgument {
+                field: "min_validity",
+                ..
+            }
+        ));
     }
 
     #[test]

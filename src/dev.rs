@@ -60,7 +60,9 @@ impl LocalNodes {
     /// As [`LocalNodes::start`].
     pub fn start_with(n: usize, extra_args: &[&str]) -> io::Result<Self> {
         let binary = find_redis_server()?;
-        let root = tempfile::Builder::new().prefix("redquorum-dev-").tempdir()?;
+        let root = tempfile::Builder::new()
+            .prefix("redquorum-dev-")
+            .tempdir()?;
         let mut nodes = LocalNodes {
             binary,
             password: format!("{:032x}", rand::random::<u128>()),
@@ -94,7 +96,10 @@ impl LocalNodes {
 
     /// The URL of master `i`.
     pub fn url(&self, i: usize) -> String {
-        format!("redis://:{}@127.0.0.1:{}", self.password, self.nodes[i].port)
+        format!(
+            "redis://:{}@127.0.0.1:{}",
+            self.password, self.nodes[i].port
+        )
     }
 
     /// The port of master `i`.
@@ -155,7 +160,9 @@ impl LocalNodes {
     }
 
     fn signal(&self, i: usize, signal: Signal) -> io::Result<()> {
-        let pid = self.pid(i).ok_or_else(|| io::Error::other(format!("node {i} is not running")))?;
+        let pid = self
+            .pid(i)
+            .ok_or_else(|| io::Error::other(format!("node {i} is not running")))?;
         let pid = i32::try_from(pid).map_err(io::Error::other)?;
         kill(Pid::from_raw(pid), signal).map_err(io::Error::from)
     }
@@ -167,7 +174,13 @@ impl LocalNodes {
         for _ in 0..5 {
             let port = free_port()?;
             match self.spawn(port, &dir) {
-                Ok(child) => return Ok(LocalNode { port, dir, child: Some(child) }),
+                Ok(child) => {
+                    return Ok(LocalNode {
+                        port,
+                        dir,
+                        child: Some(child),
+                    });
+                }
                 Err(e) => last = Some(e),
             }
         }
@@ -177,7 +190,16 @@ impl LocalNodes {
     fn spawn(&self, port: u16, dir: &Path) -> io::Result<Child> {
         let log = dir.join("redis.log");
         let mut child = Command::new(&self.binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(dir)
             .arg("--logfile")
@@ -208,7 +230,9 @@ impl LocalNodes {
                 let _ = child.wait();
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("redis-server on port {port} did not answer PING within {START_TIMEOUT:?}"),
+                    format!(
+                        "redis-server on port {port} did not answer PING within {START_TIMEOUT:?}"
+                    ),
                 ));
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -271,8 +295,12 @@ fn free_port() -> io::Result<u16> {
 fn server_pid(port: u16, password: &str) -> Option<u32> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_millis(200))).ok()?;
-    stream.write_all(format!("AUTH {password}\r\nINFO server\r\n").as_bytes()).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .ok()?;
+    stream
+        .write_all(format!("AUTH {password}\r\nINFO server\r\n").as_bytes())
+        .ok()?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 4096];
     while reply.len() < 65_536 {

@@ -206,7 +206,11 @@ fn failures_suffix(failures: &[NodeFailure]) -> String {
     if failures.is_empty() {
         String::new()
     } else {
-        format!(", and {} failed ({})", failures.len(), join_failures(failures))
+        format!(
+            ", and {} failed ({})",
+            failures.len(),
+            join_failures(failures)
+        )
     }
 }
 

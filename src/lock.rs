@@ -44,7 +44,14 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
-    fn new(client: &Client, name: &str, key: Arc<str>, token: Arc<str>, ttl: Duration, valid_until: Instant) -> Self {
+    fn new(
+        client: &Client,
+        name: &str,
+        key: Arc<str>,
+        token: Arc<str>,
+        ttl: Duration,
+        valid_until: Instant,
+    ) -> Self {
         crate::metrics::locks_held(1.0);
         Lock {
             client: client.clone(),
@@ -102,11 +109,19 @@ impl Lock {
         if !self.is_valid() {
             crate::metrics::extension("lost");
             crate::metrics::lock_lost();
-            return Err(Error::LockLost { name: self.name.clone() });
+            return Err(Error::LockLost {
+                name: self.name.clone(),
+            });
         }
         let result = self
             .client
-            .extend_key(&self.name, &self.key, &self.token, ttl, Some(self.valid_until))
+            .extend_key(
+                &self.name,
+                &self.key,
+                &self.token,
+                ttl,
+                Some(self.valid_until),
+            )
             .await;
         match result {
             Ok(valid_until) => {
@@ -128,7 +143,9 @@ impl Lock {
     ///
     /// As [`Client::release_token`]. A lock that has already expired is released successfully.
     pub async fn release(self) -> Result<()> {
-        self.client.release_key(&self.name, &self.key, &self.token).await
+        self.client
+            .release_key(&self.name, &self.key, &self.token)
+            .await
     }
 }
 
@@ -174,8 +191,21 @@ impl Client {
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
-                let error = match self.attempt(name, &key, &token, opts).instrument(debug_span!("attempt", attempt)).await {
-                    Ok(valid_until) => return Ok(Lock::new(self, name, key, token, opts.get_ttl(), valid_until)),
+                let error = match self
+                    .attempt(name, &key, &token, opts)
+                    .instrument(debug_span!("attempt", attempt))
+                    .await
+                {
+                    Ok(valid_until) => {
+                        return Ok(Lock::new(
+                            self,
+                            name,
+                            key,
+                            token,
+                            opts.get_ttl(),
+                            valid_until,
+                        ));
+                    }
                     Err(e) => e,
                 };
                 let now = Instant::now();
@@ -198,14 +228,22 @@ impl Client {
     }
 
     /// One attempt: ask every node, count the votes, release on failure.
-    async fn attempt(&self, name: &str, key: &Arc<str>, token: &Arc<str>, opts: &LockOptions) -> Result<Instant> {
+    async fn attempt(
+        &self,
+        name: &str,
+        key: &Arc<str>,
+        token: &Arc<str>,
+        opts: &LockOptions,
+    ) -> Result<Instant> {
         let settings = &self.inner.settings;
         let nodes = &self.inner.nodes;
         let ttl = opts.get_ttl();
         let drift = settings.drift(ttl);
         let start = Instant::now();
         // A node answering at the very deadline must still leave the minimum validity.
-        let budget = ttl.saturating_sub(drift).saturating_sub(opts.get_min_validity());
+        let budget = ttl
+            .saturating_sub(drift)
+            .saturating_sub(opts.get_min_validity());
         let deadline = start + settings.node_timeout.min(budget);
 
         let mut cleanup = ReleaseOnDrop {
@@ -267,8 +305,10 @@ impl Client {
             }
         };
         // A node that answered "held by another" has nothing of ours; every other node may.
-        self.release_where(key, token, |i| !matches!(answers[i], Some(Ok(AcquireReply::Held(_)))))
-            .await;
+        self.release_where(key, token, |i| {
+            !matches!(answers[i], Some(Ok(AcquireReply::Held(_))))
+        })
+        .await;
         cleanup.armed = false;
         Err(error)
     }
@@ -300,7 +340,9 @@ impl Client {
         let nodes = &self.inner.nodes;
         let start = Instant::now();
         // Answers after the current validity are of no use: the lock may be gone by then.
-        let deadline = valid_until.map_or(start + settings.node_timeout, |v| v.min(start + settings.node_timeout));
+        let deadline = valid_until.map_or(start + settings.node_timeout, |v| {
+            v.min(start + settings.node_timeout)
+        });
         let mut tally = Tally::new(nodes.len());
         let answers = fan_out(
             nodes,
@@ -332,7 +374,9 @@ impl Client {
         let quorum = self.quorum();
         if !in_time || nodes.len() - tally.no_count() < quorum {
             crate::metrics::extension("lost");
-            return Err(Error::NotHeld { name: name.to_owned() });
+            return Err(Error::NotHeld {
+                name: name.to_owned(),
+            });
         }
         crate::metrics::extension("unavailable");
         Err(self.unavailable(Operation::Extend, name, failures(nodes, &answers)))
@@ -360,7 +404,12 @@ impl Client {
             .release_where(key, token, |_| true)
             .instrument(debug_span!("release", lock = %name))
             .await;
-        let count = |reply: ReleaseReply| answers.iter().filter(|a| matches!(a, Some(Ok(r)) if *r == reply)).count();
+        let count = |reply: ReleaseReply| {
+            answers
+                .iter()
+                .filter(|a| matches!(a, Some(Ok(r)) if *r == reply))
+                .count()
+        };
         let (deleted, absent, foreign) = (
             count(ReleaseReply::Deleted),
             count(ReleaseReply::Absent),
@@ -372,7 +421,9 @@ impl Client {
         }
         if deleted == 0 && foreign > 0 {
             crate::metrics::release("not_held");
-            return Err(Error::NotHeld { name: name.to_owned() });
+            return Err(Error::NotHeld {
+                name: name.to_owned(),
+            });
         }
         crate::metrics::release("released");
         Ok(())
@@ -397,7 +448,11 @@ impl Client {
                 let selected = which(i);
                 let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
                 async move {
-                    if selected { inner.nodes[i].release(&key, &token).await.map(Some) } else { Ok(None) }
+                    if selected {
+                        inner.nodes[i].release(&key, &token).await.map(Some)
+                    } else {
+                        Ok(None)
+                    }
                 }
             },
             |i, answer| {
@@ -444,7 +499,11 @@ impl Drop for ReleaseOnDrop<'_> {
 }
 
 /// The addresses of the nodes whose answer matches.
-fn addrs_where<T>(nodes: &[Node], answers: &[Option<Answer<T>>], pred: impl Fn(&Answer<T>) -> bool) -> Vec<String> {
+fn addrs_where<T>(
+    nodes: &[Node],
+    answers: &[Option<Answer<T>>],
+    pred: impl Fn(&Answer<T>) -> bool,
+) -> Vec<String> {
     nodes
         .iter()
         .zip(answers)
@@ -485,7 +544,11 @@ fn new_token() -> Result<String> {
 /// The pause before the next attempt: the fixed delay plus a uniform random part.
 fn retry_delay(opts: &LockOptions) -> Duration {
     let jitter = u64::try_from(opts.get_retry_jitter().as_micros()).unwrap_or(u64::MAX);
-    let extra = if jitter == 0 { 0 } else { rand::random_range(0..jitter) };
+    let extra = if jitter == 0 {
+        0
+    } else {
+        rand::random_range(0..jitter)
+    };
     opts.get_retry_delay() + Duration::from_micros(extra)
 }
 
@@ -508,7 +571,11 @@ mod tests {
             .retry_delay(Duration::from_millis(10))
             .retry_jitter(Duration::from_millis(5));
         let delays: Vec<Duration> = (0..200).map(|_| retry_delay(&opts)).collect();
-        assert!(delays.iter().all(|d| *d >= Duration::from_millis(10) && *d < Duration::from_millis(15)));
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d >= Duration::from_millis(10) && *d < Duration::from_millis(15))
+        );
         // Jitter really varies the delay (200 equal draws from 5000 values is impossible in practice).
         assert!(delays.iter().any(|d| *d != delays[0]));
         let fixed = LockOptions::default().retry_jitter(Duration::ZERO);

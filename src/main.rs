@@ -1,2 +1,23 @@
-//! The `redquorum` binary: parses arguments and hands over to the library.
-fn main() {}
+//! The `redquorum` binary: parses arguments, sets up logging and hands over to the library.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    cli::init_tracing(args.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::from(cli::EXIT_SOFTWARE);
+        }
+    };
+    runtime.block_on(cli::run(args))
+}

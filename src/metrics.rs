@@ -30,8 +30,16 @@ pub const NODE_UP: &str = "redquorum_node_up";
 
 /// Registers descriptions and units with the installed recorder, if any.
 pub(crate) fn describe() {
-    metrics::describe_histogram!(ACQUIRE_DURATION, Unit::Seconds, "Acquire latency by outcome, retries included");
-    metrics::describe_histogram!(NODE_REQUEST_DURATION, Unit::Seconds, "Latency of one call to one node");
+    metrics::describe_histogram!(
+        ACQUIRE_DURATION,
+        Unit::Seconds,
+        "Acquire latency by outcome, retries included"
+    );
+    metrics::describe_histogram!(
+        NODE_REQUEST_DURATION,
+        Unit::Seconds,
+        "Latency of one call to one node"
+    );
     metrics::describe_counter!(NODE_ERRORS, "Calls to a node that failed, by kind");
     metrics::describe_counter!(QUORUM_FAILURES, "Operations that could not reach a quorum");
     metrics::describe_counter!(EXTENSIONS, "Extensions of held locks by outcome");

@@ -162,7 +162,9 @@ impl Node {
         args: impl Fn(&mut Cmd),
     ) -> std::result::Result<Value, NodeFailureKind> {
         let started = Instant::now();
-        let mut conn = self.connection().inspect_err(|k| self.metrics.failure(op, k.as_str()))?;
+        let mut conn = self
+            .connection()
+            .inspect_err(|k| self.metrics.failure(op, k.as_str()))?;
         let known = self.loaded.load(Ordering::Relaxed) & script.bit != 0;
         let build = |by_hash: bool| {
             let mut cmd = if by_hash {
@@ -179,10 +181,18 @@ impl Node {
             cmd
         };
         // redis-rs hands server errors back as values; turn them into errors to match on.
-        let mut result = conn.send_packed_command(&build(known)).await.and_then(Value::extract_error);
-        if known && matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)) {
+        let mut result = conn
+            .send_packed_command(&build(known))
+            .await
+            .and_then(Value::extract_error);
+        if known
+            && matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
+        {
             self.loaded.fetch_and(!script.bit, Ordering::Relaxed);
-            result = conn.send_packed_command(&build(false)).await.and_then(Value::extract_error);
+            result = conn
+                .send_packed_command(&build(false))
+                .await
+                .and_then(Value::extract_error);
         }
         match result {
             Ok(value) => {
@@ -265,14 +275,22 @@ impl Node {
     }
 
     /// The key's remaining time to live: `None` when there is no such key.
-    pub(crate) async fn pttl(&self, key: &str) -> std::result::Result<Option<Duration>, NodeFailureKind> {
+    pub(crate) async fn pttl(
+        &self,
+        key: &str,
+    ) -> std::result::Result<Option<Duration>, NodeFailureKind> {
         let started = Instant::now();
         let mut conn = self.connection()?;
         let mut cmd = redis::cmd("PTTL");
         cmd.arg(key);
-        match conn.send_packed_command(&cmd).await.and_then(Value::extract_error) {
+        match conn
+            .send_packed_command(&cmd)
+            .await
+            .and_then(Value::extract_error)
+        {
             Ok(Value::Int(ms)) => {
-                self.metrics.success(Operation::Inspect, started.elapsed().as_secs_f64());
+                self.metrics
+                    .success(Operation::Inspect, started.elapsed().as_secs_f64());
                 // -2: no key; -1: a key without expiry, which redquorum never writes.
                 Ok(u64::try_from(ms).ok().map(Duration::from_millis))
             }
@@ -297,7 +315,10 @@ fn unexpected(what: &str, value: &dyn std::fmt::Debug) -> NodeFailureKind {
 fn classify(e: &RedisError) -> NodeFailureKind {
     if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
         NodeFailureKind::Connection(e.to_string())
-    } else if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::AuthenticationFailed | ErrorKind::Extension) {
+    } else if matches!(
+        e.kind(),
+        ErrorKind::Server(_) | ErrorKind::AuthenticationFailed | ErrorKind::Extension
+    ) {
         NodeFailureKind::Server(e.to_string())
     } else {
         NodeFailureKind::Protocol(e.to_string())
@@ -337,9 +358,19 @@ mod tests {
         let t = Duration::from_secs(1);
         assert!(Node::new("redis://127.0.0.1:6379", t).is_ok());
         assert!(Node::new("rediss://user:pw@example.com:6380/2", t).is_ok());
-        for bad in ["", "127.0.0.1:6379", "http://h:1", "redis://", "redis://h:notaport", "unix:///tmp/s"] {
+        for bad in [
+            "",
+            "127.0.0.1:6379",
+            "http://h:1",
+            "redis://",
+            "redis://h:notaport",
+            "unix:///tmp/s",
+        ] {
             let err = Node::new(bad, t).unwrap_err();
-            assert!(matches!(err, Error::InvalidArgument { field: "node", .. }), "{bad:?} gave {err}");
+            assert!(
+                matches!(err, Error::InvalidArgument { field: "node", .. }),
+                "{bad:?} gave {err}"
+            );
         }
         let err = Node::new("redis://u:hunter2@h:99999", t).unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");

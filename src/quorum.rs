@@ -22,7 +22,9 @@ pub fn drift(ttl: Duration, factor: f64, min: Duration) -> Duration {
 /// What is left of a TTL once `elapsed` (since the attempt began, on the monotonic clock) and
 /// the drift allowance are taken off; `None` when nothing is left.
 pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?.checked_sub(drift).filter(|v| !v.is_zero())
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift)
+        .filter(|v| !v.is_zero())
 }
 
 /// Where a vote stands.
@@ -48,7 +50,12 @@ pub struct Tally {
 impl Tally {
     /// A tally for `nodes` nodes with no answer yet.
     pub fn new(nodes: usize) -> Self {
-        Tally { nodes, yes: 0, no: 0, failed: 0 }
+        Tally {
+            nodes,
+            yes: 0,
+            no: 0,
+            failed: 0,
+        }
     }
 
     /// A node agreed.
@@ -143,13 +150,21 @@ mod tests {
         t.yes();
         assert_eq!(t.decision(), Decision::Pending);
         t.yes();
-        assert_eq!(t.decision(), Decision::Reached, "two of three is enough, the third need not answer");
+        assert_eq!(
+            t.decision(),
+            Decision::Reached,
+            "two of three is enough, the third need not answer"
+        );
 
         let mut t = Tally::new(3);
         t.no();
         assert_eq!(t.decision(), Decision::Pending);
         t.failed();
-        assert_eq!(t.decision(), Decision::Impossible, "one no and one failure leave at most one yes");
+        assert_eq!(
+            t.decision(),
+            Decision::Impossible,
+            "one no and one failure leave at most one yes"
+        );
     }
 
     #[test]
@@ -183,12 +198,20 @@ mod tests {
         t.no();
         assert_eq!(t.decision(), Decision::Pending, "2 of 4 is not a majority");
         t.no();
-        assert_eq!(t.decision(), Decision::Impossible, "a 2-2 split is no quorum for anyone");
+        assert_eq!(
+            t.decision(),
+            Decision::Impossible,
+            "a 2-2 split is no quorum for anyone"
+        );
 
         let mut t = Tally::new(2);
         t.yes();
         t.failed();
-        assert_eq!(t.decision(), Decision::Impossible, "with two nodes both must agree");
+        assert_eq!(
+            t.decision(),
+            Decision::Impossible,
+            "with two nodes both must agree"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Node faults: killed, paused and restarted masters, against real redis-server processes.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::needless_range_loop)]
 
 mod common;
 
@@ -29,9 +29,15 @@ async fn minority_killed(n: usize, killed: usize) {
     }
     round_trips(&client, "after", 10).await;
     // The surviving majority holds the keys while a lock is held.
-    let lock = client.try_acquire("held", &common::opts(5_000)).await.unwrap();
+    let lock = client
+        .try_acquire("held", &common::opts(5_000))
+        .await
+        .unwrap();
     for i in killed..n {
-        assert_eq!(common::stored_token(&nodes, i, "held").await.as_deref(), Some(lock.token()));
+        assert_eq!(
+            common::stored_token(&nodes, i, "held").await.as_deref(),
+            Some(lock.token())
+        );
     }
     lock.release().await.unwrap();
 }
@@ -61,11 +67,17 @@ async fn minority_paused(n: usize, paused: usize) {
             .unwrap_or_else(|e| panic!("acquire with a paused minority: {e}"));
         let took = started.elapsed();
         // The vote is decided by the live majority; a paused node can cost at most its deadline.
-        assert!(took < 3 * NODE_TIMEOUT, "acquire took {took:?} with a paused minority");
+        assert!(
+            took < 3 * NODE_TIMEOUT,
+            "acquire took {took:?} with a paused minority"
+        );
         let started = Instant::now();
         lock.release().await.unwrap();
         let took = started.elapsed();
-        assert!(took < 3 * NODE_TIMEOUT, "release took {took:?} with a paused minority");
+        assert!(
+            took < 3 * NODE_TIMEOUT,
+            "release took {took:?} with a paused minority"
+        );
     }
     for i in 0..paused {
         nodes.resume(i).unwrap();
@@ -105,18 +117,32 @@ async fn majority_down_then_back(n: usize) {
     }
     let wait = Duration::from_millis(300);
     let started = Instant::now();
-    let err = client.acquire("down", &common::opts(2_000).wait(wait)).await.unwrap_err();
+    let err = client
+        .acquire("down", &common::opts(2_000).wait(wait))
+        .await
+        .unwrap_err();
     let took = started.elapsed();
     match &err {
-        Error::QuorumUnavailable { failures, needed, total, .. } => {
+        Error::QuorumUnavailable {
+            failures,
+            needed,
+            total,
+            ..
+        } => {
             assert_eq!((*needed, *total), (majority, n));
             assert_eq!(failures.len(), majority, "{err}");
-            assert!(failures.iter().all(|f| matches!(f.kind, NodeFailureKind::Connection(_) | NodeFailureKind::Timeout)));
+            assert!(failures.iter().all(|f| matches!(
+                f.kind,
+                NodeFailureKind::Connection(_) | NodeFailureKind::Timeout
+            )));
         }
         other => panic!("expected QuorumUnavailable, got {other}"),
     }
     // Bounded by the wait plus one last attempt and its cleanup, not by reconnect back-off.
-    assert!(took < wait + 3 * NODE_TIMEOUT + Duration::from_millis(100), "gave up after {took:?}");
+    assert!(
+        took < wait + 3 * NODE_TIMEOUT + Duration::from_millis(100),
+        "gave up after {took:?}"
+    );
     // The one live node must not keep the failed attempts' grant.
     assert_eq!(common::dbsize(&nodes, n - 1).await, 0);
 
@@ -150,13 +176,22 @@ async fn majority_paused_is_unavailable_within_the_wait() {
     nodes.pause(1).unwrap();
     let wait = Duration::from_millis(200);
     let started = Instant::now();
-    let err = client.acquire("stalled", &common::opts(2_000).wait(wait)).await.unwrap_err();
+    let err = client
+        .acquire("stalled", &common::opts(2_000).wait(wait))
+        .await
+        .unwrap_err();
     let took = started.elapsed();
     assert!(matches!(err, Error::QuorumUnavailable { .. }), "{err}");
-    assert!(took < wait + 3 * NODE_TIMEOUT + Duration::from_millis(100), "gave up after {took:?}");
+    assert!(
+        took < wait + 3 * NODE_TIMEOUT + Duration::from_millis(100),
+        "gave up after {took:?}"
+    );
     nodes.resume(0).unwrap();
     nodes.resume(1).unwrap();
-    let lock = client.acquire("stalled", &common::opts(2_000)).await.expect("acquire after resume");
+    let lock = client
+        .acquire("stalled", &common::opts(2_000))
+        .await
+        .expect("acquire after resume");
     lock.release().await.unwrap();
 }
 
@@ -172,7 +207,10 @@ async fn nodes_down_at_start_up_block_nothing() {
     // Once it is back, the restarted node takes part in locks again.
     assert!(
         common::eventually(Duration::from_secs(3), || async {
-            let lock = client.acquire("lazy-back", &common::opts(2_000)).await.unwrap();
+            let lock = client
+                .acquire("lazy-back", &common::opts(2_000))
+                .await
+                .unwrap();
             let on_restarted = common::stored_token(&nodes, 0, "lazy-back").await;
             let held_there = on_restarted.as_deref() == Some(lock.token());
             lock.release().await.unwrap();
@@ -200,7 +238,10 @@ async fn a_dropped_acquire_leaves_no_keys_and_no_tasks() {
         client.acquire("cancelled", &common::opts(60_000)),
     )
     .await;
-    assert!(dropped.is_err(), "the acquire should still be running when dropped");
+    assert!(
+        dropped.is_err(),
+        "the acquire should still be running when dropped"
+    );
     assert!(
         common::eventually(Duration::from_millis(500), || async {
             common::stored_token(&nodes, 0, "cancelled").await.is_none()
@@ -224,11 +265,17 @@ async fn a_dropped_acquire_leaves_no_keys_and_no_tasks() {
         common::pttl(&nodes, 2, "cancelled").await,
     );
     assert!(
-        common::eventually(Duration::from_secs(2), || async { metrics.num_alive_tasks() <= baseline }).await,
+        common::eventually(Duration::from_secs(2), || async {
+            metrics.num_alive_tasks() <= baseline
+        })
+        .await,
         "tasks left running: {} > {baseline}",
         metrics.num_alive_tasks()
     );
     // And the name is free.
-    let lock = client.try_acquire("cancelled", &common::opts(2_000)).await.unwrap();
+    let lock = client
+        .try_acquire("cancelled", &common::opts(2_000))
+        .await
+        .unwrap();
     lock.release().await.unwrap();
 }

@@ -1,5 +1,5 @@
 //! Mutual exclusion under contention: many tasks on several clients hammer one lock name.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::needless_range_loop)]
 
 mod common;
 
@@ -27,8 +27,13 @@ async fn hammer(n: usize) {
     let mut tasks = Vec::new();
     for client in &clients {
         for _ in 0..TASKS_PER_CLIENT {
-            let (client, counter, inside, overlaps, intervals) =
-                (client.clone(), counter.clone(), inside.clone(), overlaps.clone(), intervals.clone());
+            let (client, counter, inside, overlaps, intervals) = (
+                client.clone(),
+                counter.clone(),
+                inside.clone(),
+                overlaps.clone(),
+                intervals.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 let opts = common::opts(5_000).wait(Duration::from_secs(30));
                 let mut done = 0;
@@ -48,7 +53,10 @@ async fn hammer(n: usize) {
                     counter.store(seen + 1, Ordering::SeqCst);
                     inside.fetch_sub(1, Ordering::SeqCst);
                     let left = Instant::now();
-                    assert!(lock.is_valid(), "the critical section outlived the lock's validity");
+                    assert!(
+                        lock.is_valid(),
+                        "the critical section outlived the lock's validity"
+                    );
                     lock.release().await.expect("release");
                     intervals.lock().unwrap().push((entered, left));
                     done += 1;
@@ -61,16 +69,35 @@ async fn hammer(n: usize) {
     for t in tasks {
         sections += t.await.expect("task");
     }
-    assert_eq!(sections, (CLIENTS * TASKS_PER_CLIENT) as u64 * SECTIONS_PER_TASK, "every task finished its sections");
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders were inside at once");
-    assert_eq!(counter.load(Ordering::SeqCst), sections, "updates were lost");
+    assert_eq!(
+        sections,
+        (CLIENTS * TASKS_PER_CLIENT) as u64 * SECTIONS_PER_TASK,
+        "every task finished its sections"
+    );
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders were inside at once"
+    );
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        sections,
+        "updates were lost"
+    );
     let mut intervals = intervals.lock().unwrap().clone();
     intervals.sort();
     for pair in intervals.windows(2) {
-        assert!(pair[0].1 <= pair[1].0, "critical sections overlap: {pair:?}");
+        assert!(
+            pair[0].1 <= pair[1].0,
+            "critical sections overlap: {pair:?}"
+        );
     }
     for i in 0..n {
-        assert_eq!(common::dbsize(&nodes, i).await, 0, "node {i} kept a lock key after every release");
+        assert_eq!(
+            common::dbsize(&nodes, i).await,
+            0,
+            "node {i} kept a lock key after every release"
+        );
     }
 }
 

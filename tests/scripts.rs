@@ -1,11 +1,13 @@
 //! Lua script caching: a cold node costs one round trip, and a flushed or restarted one still works.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::needless_range_loop)]
 
 mod common;
 
 /// `calls` and `rejected_calls` of one command from `INFO commandstats`.
 async fn calls(nodes: &redquorum::dev::LocalNodes, i: usize, command: &str) -> (u64, u64) {
-    let Some(stats) = common::info_field(nodes, i, "commandstats", &format!("cmdstat_{command}")).await else {
+    let Some(stats) =
+        common::info_field(nodes, i, "commandstats", &format!("cmdstat_{command}")).await
+    else {
         return (0, 0);
     };
     let field = |name: &str| -> u64 {
@@ -15,14 +17,20 @@ async fn calls(nodes: &redquorum::dev::LocalNodes, i: usize, command: &str) -> (
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     };
-    (field("calls"), field("rejected_calls") + field("failed_calls"))
+    (
+        field("calls"),
+        field("rejected_calls") + field("failed_calls"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_node_costs_one_round_trip() {
     let nodes = common::nodes(3);
     let client = common::client(&nodes);
-    let lock = client.try_acquire("cold", &common::opts(5_000)).await.unwrap();
+    let lock = client
+        .try_acquire("cold", &common::opts(5_000))
+        .await
+        .unwrap();
     // A release waits for every node, and each node runs its commands in order, so once it is
     // done every node has run both scripts.
     lock.release().await.unwrap();
@@ -33,7 +41,10 @@ async fn a_cold_node_costs_one_round_trip() {
         assert_eq!(calls(&nodes, i, "evalsha").await.0, 0, "node {i}");
         assert_eq!(calls(&nodes, i, "script|load").await.0, 0, "node {i}");
     }
-    let lock = client.try_acquire("warm", &common::opts(5_000)).await.unwrap();
+    let lock = client
+        .try_acquire("warm", &common::opts(5_000))
+        .await
+        .unwrap();
     lock.release().await.unwrap();
     for i in 0..3 {
         // Once cached, the scripts go by hash.
@@ -47,17 +58,33 @@ async fn script_flush_on_every_node_is_survived() {
     for n in [3, 5] {
         let nodes = common::nodes(n);
         let client = common::client(&nodes);
-        let lock = client.try_acquire("flushed", &common::opts(5_000)).await.unwrap();
+        let lock = client
+            .try_acquire("flushed", &common::opts(5_000))
+            .await
+            .unwrap();
         lock.release().await.unwrap();
         for i in 0..n {
-            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut common::raw(&nodes, i).await).await.unwrap();
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut common::raw(&nodes, i).await)
+                .await
+                .unwrap();
         }
-        let mut lock = client.try_acquire("flushed", &common::opts(5_000)).await.expect("acquire after SCRIPT FLUSH");
+        let mut lock = client
+            .try_acquire("flushed", &common::opts(5_000))
+            .await
+            .expect("acquire after SCRIPT FLUSH");
         assert!(common::token_everywhere(&nodes, "flushed", lock.token()).await);
         for i in 0..n {
-            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut common::raw(&nodes, i).await).await.unwrap();
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut common::raw(&nodes, i).await)
+                .await
+                .unwrap();
         }
-        lock.extend(std::time::Duration::from_secs(5)).await.expect("extend after SCRIPT FLUSH");
+        lock.extend(std::time::Duration::from_secs(5))
+            .await
+            .expect("extend after SCRIPT FLUSH");
         lock.release().await.expect("release after SCRIPT FLUSH");
         for i in 0..n {
             assert_eq!(common::dbsize(&nodes, i).await, 0);
@@ -69,13 +96,19 @@ async fn script_flush_on_every_node_is_survived() {
 async fn restarted_nodes_with_empty_script_caches_still_work() {
     let mut nodes = common::nodes(3);
     let client = common::client(&nodes);
-    let lock = client.try_acquire("restarted", &common::opts(5_000)).await.unwrap();
+    let lock = client
+        .try_acquire("restarted", &common::opts(5_000))
+        .await
+        .unwrap();
     lock.release().await.unwrap();
     for i in 0..3 {
         nodes.restart(i).unwrap();
     }
     let lock = client
-        .acquire("restarted", &common::opts(5_000).wait(std::time::Duration::from_secs(5)))
+        .acquire(
+            "restarted",
+            &common::opts(5_000).wait(std::time::Duration::from_secs(5)),
+        )
         .await
         .expect("acquire after every node restarted");
     assert!(common::token_everywhere(&nodes, "restarted", lock.token()).await);

@@ -41,24 +41,46 @@ pub async fn raw(nodes: &LocalNodes, i: usize) -> redis::aio::MultiplexedConnect
 
 /// The value of the lock key `name` on node `i` (the holder's token), if any.
 pub async fn stored_token(nodes: &LocalNodes, i: usize, name: &str) -> Option<String> {
-    raw(nodes, i).await.get(format!("redquorum:{name}")).await.expect("GET")
+    raw(nodes, i)
+        .await
+        .get(format!("redquorum:{name}"))
+        .await
+        .expect("GET")
 }
 
 /// The remaining TTL of the lock key on node `i` in ms (-2 when absent).
 pub async fn pttl(nodes: &LocalNodes, i: usize, name: &str) -> i64 {
-    raw(nodes, i).await.pttl(format!("redquorum:{name}")).await.expect("PTTL")
+    raw(nodes, i)
+        .await
+        .pttl(format!("redquorum:{name}"))
+        .await
+        .expect("PTTL")
 }
 
 /// Number of keys on node `i`.
 pub async fn dbsize(nodes: &LocalNodes, i: usize) -> i64 {
-    redis::cmd("DBSIZE").query_async(&mut raw(nodes, i).await).await.expect("DBSIZE")
+    redis::cmd("DBSIZE")
+        .query_async(&mut raw(nodes, i).await)
+        .await
+        .expect("DBSIZE")
 }
 
 /// One field of `INFO section` on node `i`.
-pub async fn info_field(nodes: &LocalNodes, i: usize, section: &str, field: &str) -> Option<String> {
-    let text: String = redis::cmd("INFO").arg(section).query_async(&mut raw(nodes, i).await).await.expect("INFO");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_owned()))
+pub async fn info_field(
+    nodes: &LocalNodes,
+    i: usize,
+    section: &str,
+    field: &str,
+) -> Option<String> {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut raw(nodes, i).await)
+        .await
+        .expect("INFO");
+    text.lines().find_map(|l| {
+        l.strip_prefix(&format!("{field}:"))
+            .map(|v| v.trim().to_owned())
+    })
 }
 
 /// Polls `cond` every 10 ms until it holds or `limit` passes; returns whether it held.
