@@ -1,5 +1,10 @@
 //! Tokens own locks: only the holder extends or releases; expiry and loss are reported right.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::needless_range_loop)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::needless_range_loop
+)]
 
 mod common;
 

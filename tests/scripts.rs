@@ -1,5 +1,10 @@
 //! Lua script caching: a cold node costs one round trip, and a flushed or restarted one still works.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::needless_range_loop)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::needless_range_loop
+)]
 
 mod common;
 
