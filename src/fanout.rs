@@ -15,7 +15,7 @@ use futures::stream::FuturesUnordered;
 
 use crate::error::{NodeFailureKind, Operation};
 use crate::node::Node;
-use crate::quorum::Decision;
+use crate::quorum::{Decision, Tally};
 
 /// One node's answer; `None` in a [`fan_out`] result means the vote was decided before it came.
 pub(crate) type Answer<T> = Result<T, NodeFailureKind>;
@@ -92,4 +92,33 @@ where
             let _ = tokio::time::timeout_at(deadline.into(), drain).await;
         });
     }
+}
+
+/// A [`fan_out`] that counts votes: an answer `Ok(v)` is a yes when `grants(&v)`, a no
+/// otherwise, and an `Err` is a failure. Stops as soon as the vote is decided; each node's
+/// answer is logged at debug level.
+pub(crate) async fn vote<T, F, Fut>(
+    nodes: &[Node],
+    op: Operation,
+    deadline: Instant,
+    call: F,
+    grants: impl Fn(&T) -> bool,
+) -> (Tally, Vec<Option<Answer<T>>>)
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Answer<T>> + Send + 'static,
+    T: Send + std::fmt::Debug + 'static,
+{
+    let mut tally = Tally::new(nodes.len());
+    let answers = fan_out(nodes, op, deadline, call, |i, answer| {
+        tracing::debug!(node = nodes[i].addr(), operation = op.as_str(), answer = ?answer);
+        match answer {
+            Ok(v) if grants(v) => tally.yes(),
+            Ok(_) => tally.no(),
+            Err(_) => tally.failed(),
+        }
+        tally.decision()
+    })
+    .await;
+    (tally, answers)
 }

@@ -10,9 +10,9 @@ use tracing::{Instrument, debug, debug_span};
 use crate::client::Client;
 use crate::config::{LockOptions, validate_token, validate_ttl};
 use crate::error::{Error, NodeFailure, Operation, Result};
-use crate::fanout::{Answer, fan_out};
+use crate::fanout::{Answer, fan_out, vote};
 use crate::node::{AcquireReply, Node, ReleaseReply};
-use crate::quorum::{Decision, Tally, validity};
+use crate::quorum::{Decision, validity};
 
 /// Bytes of OS randomness in a holder token (hex-encoded, so tokens are 32 characters).
 const TOKEN_BYTES: usize = 16;
@@ -252,8 +252,7 @@ impl Client {
             token,
             armed: true,
         };
-        let mut tally = Tally::new(nodes.len());
-        let answers = fan_out(
+        let (tally, answers) = vote(
             nodes,
             Operation::Acquire,
             deadline,
@@ -261,15 +260,7 @@ impl Client {
                 let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
                 async move { inner.nodes[i].acquire(&key, &token, ttl).await }
             },
-            |i, answer| {
-                debug!(node = nodes[i].addr(), answer = ?answer, "acquire");
-                match answer {
-                    Ok(AcquireReply::Granted) => tally.yes(),
-                    Ok(AcquireReply::Held(_)) => tally.no(),
-                    Err(_) => tally.failed(),
-                }
-                tally.decision()
-            },
+            |reply| *reply == AcquireReply::Granted,
         )
         .await;
         let elapsed = start.elapsed();
@@ -343,8 +334,7 @@ impl Client {
         let deadline = valid_until.map_or(start + settings.node_timeout, |v| {
             v.min(start + settings.node_timeout)
         });
-        let mut tally = Tally::new(nodes.len());
-        let answers = fan_out(
+        let (tally, answers) = vote(
             nodes,
             Operation::Extend,
             deadline,
@@ -352,15 +342,7 @@ impl Client {
                 let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
                 async move { inner.nodes[i].extend(&key, &token, ttl).await }
             },
-            |i, answer| {
-                debug!(node = nodes[i].addr(), answer = ?answer, "extend");
-                match answer {
-                    Ok(true) => tally.yes(),
-                    Ok(false) => tally.no(),
-                    Err(_) => tally.failed(),
-                }
-                tally.decision()
-            },
+            |extended| *extended,
         )
         .instrument(debug_span!("extend", lock = %name))
         .await;
