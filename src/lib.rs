@@ -38,6 +38,7 @@
 //! - `node`: one master, its connection and its Lua scripts (`lua/`).
 //! - `fanout`: one operation on all masters at once.
 //! - `lock`: acquire, extend, release and the [`Lock`] handle.
+//! - `guard`: background renewal, the holder's state and the lost-lock signal ([`LockGuard`]).
 //! - `client`: the [`Client`] and inspection of a lock.
 //! - [`metrics`]: the metric names the library records.
 //! - [`dev`]: local `redis-server` processes for development, tests and benchmarks.
@@ -47,6 +48,7 @@ pub mod config;
 pub mod dev;
 mod error;
 mod fanout;
+mod guard;
 mod lock;
 pub mod metrics;
 mod node;
@@ -55,6 +57,7 @@ pub mod quorum;
 pub use client::{Client, LockInfo, NodeLockState};
 pub use config::{ClientBuilder, LockOptions};
 pub use error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
+pub use guard::{GuardStatus, LockGuard, LockState, LockWatch, RenewOptions, RenewalStop};
 pub use lock::Lock;
 
 // The README's examples are compiled and run as doc tests.

@@ -11,6 +11,7 @@ use crate::client::Client;
 use crate::config::{LockOptions, validate_token, validate_ttl};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::fanout::{Answer, fan_out, vote};
+use crate::metrics::HeldGauge;
 use crate::node::{AcquireReply, Node, ReleaseReply};
 use crate::quorum::{Decision, validity};
 
@@ -24,12 +25,13 @@ const TOKEN_BYTES: usize = 16;
 /// the nodes expire it at its TTL.
 #[must_use = "a lock that is dropped stays held on the nodes until its TTL expires; call release()"]
 pub struct Lock {
-    client: Client,
-    name: String,
-    key: Arc<str>,
-    token: Arc<str>,
-    ttl: Duration,
-    valid_until: Instant,
+    pub(crate) client: Client,
+    pub(crate) name: String,
+    pub(crate) key: Arc<str>,
+    pub(crate) token: Arc<str>,
+    pub(crate) ttl: Duration,
+    pub(crate) valid_until: Instant,
+    pub(crate) held: HeldGauge,
 }
 
 impl fmt::Debug for Lock {
@@ -52,8 +54,8 @@ impl Lock {
         ttl: Duration,
         valid_until: Instant,
     ) -> Self {
-        crate::metrics::locks_held(1.0);
         Lock {
+            held: HeldGauge::new(),
             client: client.clone(),
             name: name.to_owned(),
             key,
@@ -146,12 +148,6 @@ impl Lock {
         self.client
             .release_key(&self.name, &self.key, &self.token)
             .await
-    }
-}
-
-impl Drop for Lock {
-    fn drop(&mut self) {
-        crate::metrics::locks_held(-1.0);
     }
 }
 
@@ -319,7 +315,7 @@ impl Client {
         Ok(Lock::new(self, name, key, token, ttl, valid_until))
     }
 
-    async fn extend_key(
+    pub(crate) async fn extend_key(
         &self,
         name: &str,
         key: &Arc<str>,
@@ -380,7 +376,12 @@ impl Client {
         self.release_key(name, &key, &token.into()).await
     }
 
-    async fn release_key(&self, name: &str, key: &Arc<str>, token: &Arc<str>) -> Result<()> {
+    pub(crate) async fn release_key(
+        &self,
+        name: &str,
+        key: &Arc<str>,
+        token: &Arc<str>,
+    ) -> Result<()> {
         let nodes = &self.inner.nodes;
         let answers = self
             .release_where(key, token, |_| true)

@@ -23,6 +23,9 @@ pub const EXTENSIONS: &str = "redquorum_extensions_total";
 pub const RELEASES: &str = "redquorum_releases_total";
 /// Counter: locks found lost by their holder (an extend that found the lock gone or expired).
 pub const LOCKS_LOST: &str = "redquorum_locks_lost_total";
+/// Counter, label `outcome`: background renewals by a [`LockGuard`](crate::LockGuard):
+/// renewed, failed (no quorum this time), lost, limit (a renewal limit was reached).
+pub const RENEWALS: &str = "redquorum_renewals_total";
 /// Gauge: locks this process holds now.
 pub const LOCKS_HELD: &str = "redquorum_locks_held";
 /// Gauge, label `node`: 1 when the node's last call got an answer, 0 when it failed.
@@ -45,6 +48,7 @@ pub(crate) fn describe() {
     metrics::describe_counter!(EXTENSIONS, "Extensions of held locks by outcome");
     metrics::describe_counter!(RELEASES, "Releases by outcome");
     metrics::describe_counter!(LOCKS_LOST, "Locks found lost by their holder");
+    metrics::describe_counter!(RENEWALS, "Background renewals by outcome");
     metrics::describe_gauge!(LOCKS_HELD, "Locks held by this process");
     metrics::describe_gauge!(NODE_UP, "Whether the node answered its last call");
 }
@@ -124,6 +128,23 @@ pub(crate) fn lock_lost() {
     metrics::counter!(LOCKS_LOST).increment(1);
 }
 
-pub(crate) fn locks_held(delta: f64) {
-    metrics::gauge!(LOCKS_HELD).increment(delta);
+/// Counts one lock in [`LOCKS_HELD`] for as long as it lives, wherever it moves.
+#[derive(Debug)]
+pub(crate) struct HeldGauge(());
+
+impl HeldGauge {
+    pub(crate) fn new() -> Self {
+        metrics::gauge!(LOCKS_HELD).increment(1.0);
+        HeldGauge(())
+    }
+}
+
+impl Drop for HeldGauge {
+    fn drop(&mut self) {
+        metrics::gauge!(LOCKS_HELD).decrement(1.0);
+    }
+}
+
+pub(crate) fn renewal(outcome: &'static str) {
+    metrics::counter!(RENEWALS, "outcome" => outcome).increment(1);
 }

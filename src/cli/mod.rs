@@ -1,7 +1,9 @@
 //! Command-line interface: the subcommands, their arguments, and their exit codes.
 #![allow(clippy::print_stdout)]
 
+mod config;
 mod demo;
+mod run;
 mod tools;
 
 use std::process::ExitCode;
@@ -19,6 +21,12 @@ pub(crate) const EXIT_USAGE: u8 = 64;
 pub(crate) const EXIT_NOT_HELD: u8 = 3;
 /// Something else failed (EX_SOFTWARE).
 pub(crate) const EXIT_SOFTWARE: u8 = 70;
+/// `run`: the lock was lost while the command ran, and the command was terminated.
+pub(crate) const EXIT_LOCK_LOST: u8 = 76;
+/// `run`: the command could not be started (not executable).
+pub(crate) const EXIT_CANNOT_EXECUTE: u8 = 126;
+/// `run`: the command was not found.
+pub(crate) const EXIT_NOT_FOUND: u8 = 127;
 
 /// Quorum locks over N independent Redis masters.
 #[derive(Debug, Parser)]
@@ -38,12 +46,35 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-/// Where the masters are.
+/// Where the masters are: `--nodes`, else `REDQUORUM_NODES`, else the config file's `nodes`.
 #[derive(Debug, clap::Args)]
 struct NodeArgs {
     /// Comma-separated node URLs: redis://[user:password@]host[:port][/db] or rediss://...
-    #[arg(long, env = "REDQUORUM_NODES", value_delimiter = ',', required = true)]
+    // The value may carry passwords: never echo it in --help.
+    #[arg(
+        long,
+        env = "REDQUORUM_NODES",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     nodes: Vec<String>,
+    /// A TOML file with `nodes = ["redis://...", ...]`, used when neither --nodes nor
+    /// REDQUORUM_NODES is given.
+    #[arg(long, env = "REDQUORUM_CONFIG")]
+    config: Option<std::path::PathBuf>,
+}
+
+impl NodeArgs {
+    /// The node URLs, by the documented precedence, or a message saying what is missing.
+    fn resolve(&self) -> Result<Vec<String>, String> {
+        if !self.nodes.is_empty() {
+            return Ok(self.nodes.clone());
+        }
+        match &self.config {
+            Some(path) => config::Config::load(path)?.nodes_or_error(path),
+            None => Err("no nodes given: pass --nodes URL[,URL...], set REDQUORUM_NODES, or point --config / REDQUORUM_CONFIG at a TOML file with `nodes = [...]`".to_owned()),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -82,6 +113,33 @@ enum Command {
         #[arg(long, env = "REDQUORUM_TOKEN")]
         token: String,
     },
+    /// Run a command while holding a lock, renewed in the background; release it when the
+    /// command exits, and exit with the command's exit code.
+    #[command(after_long_help = RUN_HELP)]
+    Run {
+        #[command(flatten)]
+        nodes: NodeArgs,
+        /// The lock's name.
+        #[arg(long)]
+        lock: String,
+        /// How long the lock lives on the nodes without renewal (renewed every TTL/3).
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+        ttl: Duration,
+        /// How long to wait for the lock before giving up without running the command.
+        #[arg(long, default_value = "1m", value_parser = humantime::parse_duration)]
+        wait: Duration,
+        /// After the lock is lost and the command got SIGTERM, how long before SIGKILL.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        kill_after: Duration,
+        /// The command and its arguments.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        command: Vec<String>,
+    },
     /// Show whether a lock is held and each node's remaining TTL (never the holder's token).
     Status {
         #[command(flatten)]
@@ -112,14 +170,60 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             lock,
             ttl,
             wait,
-        } => tools::acquire(&nodes.nodes, &lock, ttl, wait).await,
-        Command::Release { nodes, lock, token } => {
-            tools::release(&nodes.nodes, &lock, &token).await
-        }
-        Command::Status { nodes, lock } => tools::status(&nodes.nodes, &lock).await,
+        } => match nodes.resolve() {
+            Ok(nodes) => tools::acquire(&nodes, &lock, ttl, wait).await,
+            Err(message) => usage(&message),
+        },
+        Command::Release { nodes, lock, token } => match nodes.resolve() {
+            Ok(nodes) => tools::release(&nodes, &lock, &token).await,
+            Err(message) => usage(&message),
+        },
+        Command::Status { nodes, lock } => match nodes.resolve() {
+            Ok(nodes) => tools::status(&nodes, &lock).await,
+            Err(message) => usage(&message),
+        },
+        Command::Run {
+            nodes,
+            lock,
+            ttl,
+            wait,
+            kill_after,
+            command,
+        } => match nodes.resolve() {
+            Ok(nodes) => run::run(&nodes, &lock, ttl, wait, kill_after, &command).await,
+            Err(message) => usage(&message),
+        },
     };
     ExitCode::from(code)
 }
+
+fn usage(message: &str) -> u8 {
+    tracing::error!("{message}");
+    EXIT_USAGE
+}
+
+const RUN_HELP: &str = "\
+Example: serialise a nightly job across machines, waiting up to 5 minutes for the lock:
+  redquorum run --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
+      --lock nightly-backup --ttl 30s --wait 5m -- /usr/local/bin/backup --full
+
+The command sees REDQUORUM_LOCK (the name) and REDQUORUM_TOKEN (the holder's token).
+SIGINT and SIGTERM sent to redquorum are passed on to the command; the lock is released
+after the command exits. If the lock is lost while the command runs (a majority of nodes
+unreachable for longer than the lock's validity), the command gets SIGTERM, then SIGKILL
+after --kill-after. When stdin is not a terminal the command runs in its own process group
+and these signals go to the whole group (a shell's children too).
+
+Nodes: --nodes, else REDQUORUM_NODES, else `nodes = [...]` in the TOML file named by
+--config or REDQUORUM_CONFIG.
+
+Exit codes:
+  the command's own    the command ran (128+N if it was killed by signal N)
+  75                   the lock was not obtained within --wait; the command was not run
+  76                   the lock was lost while the command ran; the command was terminated
+  64                   bad arguments (names, durations, node URLs)
+  126, 127             the command could not be executed / was not found
+  70                   any other failure";
 
 /// The exit code for a library error.
 pub(crate) fn exit_code(error: &redquorum::Error) -> u8 {

@@ -1,0 +1,320 @@
+//! `redquorum run`, exercised as a user would: the real binary against real redis-server processes.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::needless_range_loop
+)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use redquorum::dev::LocalNodes;
+use tokio::process::{Child, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
+
+fn run(nodes: &LocalNodes, lock: &str, extra: &[&str], script: &str) -> Child {
+    Command::new(BIN)
+        .arg("run")
+        .args(["--nodes", &nodes.urls().join(","), "--lock", lock])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn redquorum run")
+}
+
+async fn finish(child: Child) -> (ExitStatus, String) {
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .expect("redquorum run finished")
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_sees_the_lock_and_its_exit_code_is_passed_on() {
+    let nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("env");
+    let script = format!(
+        "echo \"$REDQUORUM_LOCK $REDQUORUM_TOKEN\" > {}; exit 7",
+        out.display()
+    );
+    let (status, stderr) = finish(run(&nodes, "env-check", &[], &script)).await;
+    assert_eq!(status.code(), Some(7), "{stderr}");
+    let seen = read(&out);
+    let (name, token) = seen.trim().split_once(' ').expect("two words");
+    assert_eq!(name, "env-check");
+    assert_eq!(token.len(), 32, "{seen}");
+    assert!(token.chars().all(|c| c.is_ascii_hexdigit()));
+    // Released once the command exited.
+    let info = common::client(&nodes).inspect("env-check").await.unwrap();
+    assert!(!info.held);
+    for i in 0..3 {
+        assert_eq!(common::dbsize(&nodes, i).await, 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_on_one_lock_take_turns() {
+    let nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = |who: &str| {
+        format!(
+            "echo start {who} $(date +%s%N) >> {log}; sleep 0.3; echo end {who} $(date +%s%N) >> {log}",
+            log = log.display()
+        )
+    };
+    let args = ["--wait", "10s", "--ttl", "1s"];
+    let a = run(&nodes, "serial", &args, &script("a"));
+    let b = run(&nodes, "serial", &args, &script("b"));
+    let ((sa, ea), (sb, eb)) = tokio::join!(finish(a), finish(b));
+    assert!(sa.success(), "{ea}");
+    assert!(sb.success(), "{eb}");
+    let lines: Vec<Vec<String>> = read(&log)
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    // Each run's start is followed by its own end: the outputs do not interleave...
+    assert_eq!(lines[0][0], "start");
+    assert_eq!(lines[1][..2], ["end".to_owned(), lines[0][1].clone()]);
+    assert_eq!(lines[2][0], "start");
+    assert_eq!(lines[3][..2], ["end".to_owned(), lines[2][1].clone()]);
+    assert_ne!(lines[0][1], lines[2][1]);
+    // ...and the second started only after the first ended.
+    let t = |i: usize| lines[i][2].parse::<u128>().unwrap();
+    assert!(t(1) <= t(2), "{lines:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_zero_on_a_held_lock_runs_nothing_and_exits_75() {
+    let nodes = common::nodes(3);
+    let holder = common::client(&nodes);
+    let lock = holder
+        .try_acquire("busy", &common::opts(10_000))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let started = Instant::now();
+    let (status, stderr) = finish(run(
+        &nodes,
+        "busy",
+        &["--wait", "0s"],
+        &format!("touch {}", marker.display()),
+    ))
+    .await;
+    assert_eq!(status.code(), Some(75), "{stderr}");
+    assert!(stderr.contains("not obtained"), "{stderr}");
+    assert!(!marker.exists(), "the command ran without the lock");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // The holder is untouched.
+    assert!(common::token_everywhere(&nodes, "busy", lock.token()).await);
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lock_terminates_the_command_and_exits_76() {
+    let mut nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "trap 'echo terminated >> {log}; exit 0' TERM; echo started >> {log}; while :; do sleep 0.05; done",
+        log = log.display()
+    );
+    let child = run(
+        &nodes,
+        "lost",
+        &["--ttl", "600ms", "--kill-after", "2s"],
+        &script,
+    );
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            read(&log).contains("started")
+        })
+        .await
+    );
+    nodes.kill(0).unwrap();
+    nodes.kill(1).unwrap();
+    let killed = Instant::now();
+    let (status, stderr) = finish(child).await;
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(stderr.contains("lost"), "{stderr}");
+    assert!(
+        read(&log).contains("terminated"),
+        "the command never got SIGTERM"
+    );
+    // Within the lock's validity (at most the TTL) plus the command's prompt exit.
+    assert!(
+        killed.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        killed.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
+    let mut nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "trap '' TERM; echo started >> {}; while :; do sleep 0.05; done",
+        log.display()
+    );
+    let child = run(
+        &nodes,
+        "stubborn",
+        &["--ttl", "600ms", "--kill-after", "300ms"],
+        &script,
+    );
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            read(&log).contains("started")
+        })
+        .await
+    );
+    nodes.kill(0).unwrap();
+    nodes.kill(1).unwrap();
+    let (status, stderr) = finish(child).await;
+    assert_eq!(status.code(), Some(76), "{stderr}");
+    assert!(stderr.contains("killing it"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_is_passed_on_and_the_lock_released_after_the_command_exits() {
+    let nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let script = format!(
+        "trap 'sleep 0.2; echo got-term >> {log}; exit 42' TERM; echo started >> {log}; while :; do sleep 0.05; done",
+        log = log.display()
+    );
+    let child = run(&nodes, "signalled", &[], &script);
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            read(&log).contains("started")
+        })
+        .await
+    );
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // While the command is still cleaning up, the lock is still held.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        common::client(&nodes)
+            .inspect("signalled")
+            .await
+            .unwrap()
+            .held
+    );
+    let (status, stderr) = finish(child).await;
+    assert_eq!(status.code(), Some(42), "{stderr}");
+    assert!(read(&log).contains("got-term"));
+    assert!(
+        !common::client(&nodes)
+            .inspect("signalled")
+            .await
+            .unwrap()
+            .held
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_command_exits_127_and_releases() {
+    let nodes = common::nodes(3);
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--nodes",
+            &nodes.urls().join(","),
+            "--lock",
+            "nocmd",
+            "--",
+            "/nonexistent/command",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(!common::client(&nodes).inspect("nocmd").await.unwrap().held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_come_from_flag_then_environment_then_config_file() {
+    let nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("redquorum.toml");
+    let quoted: Vec<String> = nodes.urls().iter().map(|u| format!("{u:?}")).collect();
+    std::fs::write(&config, format!("nodes = [{}]\n", quoted.join(", "))).unwrap();
+    let bad = "redis://127.0.0.1:1";
+    let status = |args: Vec<String>, env: Vec<(&str, String)>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--lock", "sourced", "--wait", "0s"])
+            .args(args)
+            .args(["--", "true"])
+            .env_remove("REDQUORUM_NODES")
+            .env_remove("REDQUORUM_CONFIG")
+            .stdin(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        async move { cmd.status().await.unwrap().code() }
+    };
+    let cfg = config.display().to_string();
+    // The config file alone works.
+    assert_eq!(
+        status(vec!["--config".into(), cfg.clone()], vec![]).await,
+        Some(0)
+    );
+    assert_eq!(
+        status(vec![], vec![("REDQUORUM_CONFIG", cfg.clone())]).await,
+        Some(0)
+    );
+    // The environment beats the config file, and the flag beats the environment.
+    assert_eq!(
+        status(
+            vec![],
+            vec![
+                ("REDQUORUM_CONFIG", cfg.clone()),
+                ("REDQUORUM_NODES", bad.into())
+            ]
+        )
+        .await,
+        Some(75)
+    );
+    assert_eq!(
+        status(
+            vec!["--nodes".into(), nodes.urls().join(",")],
+            vec![("REDQUORUM_NODES", bad.into())]
+        )
+        .await,
+        Some(0)
+    );
+    // Nothing at all, a bad file, or a malformed URL: usage errors.
+    assert_eq!(status(vec![], vec![]).await, Some(64));
+    std::fs::write(&config, "nodez = []\n").unwrap();
+    assert_eq!(status(vec!["--config".into(), cfg], vec![]).await, Some(64));
+    assert_eq!(
+        status(vec!["--nodes".into(), "redis//broken".into()], vec![]).await,
+        Some(64)
+    );
+}
