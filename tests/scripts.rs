@@ -31,7 +31,7 @@ async fn calls(nodes: &redquorum::dev::LocalNodes, i: usize, command: &str) -> (
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cold_node_costs_one_round_trip() {
     let nodes = common::nodes(3);
-    let client = common::client(&nodes);
+    let client = common::patient_client(&nodes);
     let lock = client
         .try_acquire("cold", &common::opts(5_000))
         .await
@@ -62,7 +62,7 @@ async fn a_cold_node_costs_one_round_trip() {
 async fn script_flush_on_every_node_is_survived() {
     for n in [3, 5] {
         let nodes = common::nodes(n);
-        let client = common::client(&nodes);
+        let client = common::patient_client(&nodes);
         let lock = client
             .try_acquire("flushed", &common::opts(5_000))
             .await
@@ -100,7 +100,7 @@ async fn script_flush_on_every_node_is_survived() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_nodes_with_empty_script_caches_still_work() {
     let mut nodes = common::nodes(3);
-    let client = common::client(&nodes);
+    let client = common::patient_client(&nodes);
     let lock = client
         .try_acquire("restarted", &common::opts(5_000))
         .await
