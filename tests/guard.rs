@@ -118,7 +118,7 @@ async fn a_minority_down_does_not_stop_renewals() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_guard_releases_the_lock() {
     let nodes = common::nodes(3);
-    let client = common::client(&nodes);
+    let client = common::patient_client(&nodes);
     let guard = client
         .acquire_guard("dropped", &common::opts(60_000), RenewOptions::default())
         .await

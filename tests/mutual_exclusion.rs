@@ -97,11 +97,15 @@ async fn hammer(n: usize) {
             "critical sections overlap: {pair:?}"
         );
     }
+    // Every release went to every node; one that missed its deadline on a loaded machine
+    // leaves a key that must still be gone within the TTL.
     for i in 0..n {
-        assert_eq!(
-            common::dbsize(&nodes, i).await,
-            0,
-            "node {i} kept a lock key after every release"
+        assert!(
+            common::eventually(Duration::from_secs(6), || async {
+                common::dbsize(&nodes, i).await == 0
+            })
+            .await,
+            "node {i} kept a lock key beyond its TTL"
         );
     }
 }

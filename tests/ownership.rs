@@ -16,7 +16,7 @@ use redquorum::Error;
 async fn a_foreign_token_can_neither_extend_nor_release() {
     for n in [3, 5] {
         let nodes = common::nodes(n);
-        let client = common::client(&nodes);
+        let client = common::patient_client(&nodes);
         let lock = client
             .try_acquire("owned", &common::opts(10_000))
             .await
@@ -85,7 +85,7 @@ async fn a_foreign_token_can_neither_extend_nor_release() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_after_expiry_succeeds_and_extend_after_expiry_is_lost() {
     let nodes = common::nodes(3);
-    let client = common::client(&nodes);
+    let client = common::patient_client(&nodes);
     let lock = client
         .try_acquire("short", &common::opts(100))
         .await
@@ -111,7 +111,7 @@ async fn release_after_expiry_succeeds_and_extend_after_expiry_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_of_a_lock_gone_from_the_nodes_is_lost_and_recreates_nothing() {
     let nodes = common::nodes(3);
-    let client = common::client(&nodes);
+    let client = common::patient_client(&nodes);
     let mut lock = client
         .try_acquire("vanishing", &common::opts(10_000))
         .await
@@ -144,7 +144,7 @@ async fn extend_of_a_lock_gone_from_the_nodes_is_lost_and_recreates_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extend_pushes_back_expiry_on_the_quorum() {
     let nodes = common::nodes(5);
-    let client = common::client(&nodes);
+    let client = common::patient_client(&nodes);
     let mut lock = client
         .try_acquire("extended", &common::opts(300))
         .await
@@ -171,7 +171,7 @@ async fn extend_pushes_back_expiry_on_the_quorum() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_reports_ttls_but_never_the_token() {
     let mut nodes = common::nodes(3);
-    let client = common::client(&nodes);
+    let client = common::patient_client(&nodes);
     let info = client.inspect("watched").await.unwrap();
     assert!(!info.held);
     assert!(info.nodes.iter().all(|n| n.ttl == Ok(None)));
