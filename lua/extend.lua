@@ -1,11 +1,13 @@
 -- Push back a lock's expiry, only while this token still holds it.
--- KEYS[1]: lock key. ARGV[1]: holder token. ARGV[2]: new TTL in milliseconds.
--- Returns 1 when extended, 0 when the key is gone or held by another token.
+-- KEYS[1]: lock key. KEYS[2]: the name's fencing counter.
+-- ARGV[1]: holder token. ARGV[2]: new TTL in milliseconds.
+-- Returns the holder's fencing token (the counter, which nobody can raise while the lock is
+-- held here) when extended, -1 when the key is gone or held by another token.
 --
--- A key that is gone is never recreated: a node that lost the lock (expiry,
--- restart) must not be made to vote for a holder it no longer knows.
+-- A key that is gone is never recreated: a node that lost the lock (expiry, restart) must not
+-- be made to vote for a holder it no longer knows.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  return tonumber(redis.call('GET', KEYS[2]) or '0')
 end
-return 0
+return -1

@@ -3,12 +3,13 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use crate::config::{ClientBuilder, ClientSettings, limits, validate_name};
 use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 use crate::fanout::fan_out;
-use crate::node::Node;
+use crate::node::{Node, NodeHealth, NodeSettings};
 use crate::quorum::{Decision, quorum};
 
 /// A handle on N independent Redis masters; cheap to clone (all clones share the connections).
@@ -23,6 +24,10 @@ pub struct Client {
 pub(crate) struct Inner {
     pub(crate) nodes: Vec<Node>,
     pub(crate) settings: ClientSettings,
+    /// The highest fencing token this client has seen granted or reported, on any name: the
+    /// floor of its next proposal, so that one client's tokens keep rising even if the clock
+    /// steps back.
+    pub(crate) highest_fence: AtomicU64,
 }
 
 impl fmt::Debug for Client {
@@ -94,8 +99,13 @@ impl Client {
         crate::metrics::describe();
         let mut seen = HashSet::new();
         let mut nodes = Vec::with_capacity(builder.nodes.len());
+        let node_settings = NodeSettings {
+            connect_timeout: builder.settings.connect_timeout,
+            quarantine: builder.settings.quarantine(),
+            require_durable: builder.settings.require_durable,
+        };
         for url in &builder.nodes {
-            let node = Node::new(url, builder.settings.connect_timeout)?;
+            let node = Node::new(url, node_settings)?;
             if !seen.insert(node.addr().to_owned()) {
                 return Err(Error::invalid(
                     "node",
@@ -111,6 +121,7 @@ impl Client {
             inner: Arc::new(Inner {
                 nodes,
                 settings: builder.settings,
+                highest_fence: AtomicU64::new(0),
             }),
         })
     }
@@ -129,10 +140,50 @@ impl Client {
         quorum(self.inner.nodes.len())
     }
 
-    /// The key a lock name is stored under on the nodes.
+    /// The key a lock name is stored under on the nodes: `{prefix}lock:{name}`.
     pub(crate) fn key(&self, name: &str) -> Result<String> {
         validate_name(name)?;
-        Ok(format!("{}{}", self.inner.settings.key_prefix, name))
+        Ok(format!("{}lock:{}", self.inner.settings.key_prefix, name))
+    }
+
+    /// The key of a lock name's fencing counter: `{prefix}fence:{name}`. Lock keys and
+    /// counters live under different sub-prefixes, so no name can collide with a counter.
+    pub(crate) fn fence_key(&self, name: &str) -> String {
+        format!("{}fence:{}", self.inner.settings.key_prefix, name)
+    }
+
+    /// Reads every node's health now (uptime, persistence, quarantine), in node order. A node
+    /// that cannot be read says why in [`NodeHealth::error`].
+    pub async fn node_health(&self) -> Vec<NodeHealth> {
+        let deadline = Instant::now()
+            + self
+                .inner
+                .settings
+                .node_timeout
+                .max(Duration::from_millis(500));
+        let answers = fan_out(
+            &self.inner.nodes,
+            Operation::Inspect,
+            deadline,
+            |i| {
+                let inner = self.inner.clone();
+                async move { inner.nodes[i].probe().await }
+            },
+            |_, _| Decision::Pending,
+        )
+        .await;
+        self.inner
+            .nodes
+            .iter()
+            .zip(answers)
+            .map(|(node, answer)| {
+                let mut report = node.report();
+                if let Some(Err(kind)) = answer {
+                    report.error = Some(kind.to_string());
+                }
+                report
+            })
+            .collect()
     }
 
     /// Reads each node's remaining TTL for a lock. It never reveals the holder's token.

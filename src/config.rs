@@ -40,8 +40,12 @@ pub mod defaults {
     pub const WAIT: Duration = Duration::from_secs(10);
     /// The least validity an acquire must leave to count as a success: 5 ms.
     pub const MIN_VALIDITY: Duration = Duration::from_millis(5);
-    /// Prefix of every key redquorum writes: `redquorum:`.
+    /// Prefix of every key redquorum writes: `redquorum:`. Locks are kept under
+    /// `{prefix}lock:{name}` and fencing counters under `{prefix}fence:{name}`.
     pub const KEY_PREFIX: &str = "redquorum:";
+    /// Longest TTL a client accepts, and so how long a restarted node is quarantined: 24 h.
+    /// Set it to the longest TTL you use, so that restarted nodes rejoin sooner.
+    pub const MAX_TTL: Duration = super::limits::MAX_TTL;
 }
 
 /// The bounds enforced on input; anything outside them is an
@@ -75,6 +79,10 @@ pub mod limits {
 #[derive(Debug, Clone)]
 pub(crate) struct ClientSettings {
     pub(crate) key_prefix: String,
+    pub(crate) max_ttl: Duration,
+    /// `None`: the max TTL.
+    pub(crate) quarantine: Option<Duration>,
+    pub(crate) require_durable: bool,
     pub(crate) node_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) drift_factor: f64,
@@ -85,6 +93,16 @@ impl ClientSettings {
     /// The clock-drift allowance for a TTL.
     pub(crate) fn drift(&self, ttl: Duration) -> Duration {
         crate::quorum::drift(ttl, self.drift_factor, self.drift_min)
+    }
+
+    /// How long a restarted, non-durable node's votes are held back.
+    pub(crate) fn quarantine(&self) -> Duration {
+        self.quarantine.unwrap_or(self.max_ttl)
+    }
+
+    /// Checks a TTL against [`limits::MIN_TTL`] and this client's max TTL.
+    pub(crate) fn validate_ttl(&self, ttl: Duration) -> Result<()> {
+        check_range("ttl", ttl, limits::MIN_TTL, self.max_ttl)
     }
 }
 
@@ -113,6 +131,9 @@ impl Default for ClientBuilder {
             nodes: Vec::new(),
             settings: ClientSettings {
                 key_prefix: defaults::KEY_PREFIX.to_owned(),
+                max_ttl: defaults::MAX_TTL,
+                quarantine: None,
+                require_durable: false,
                 node_timeout: defaults::NODE_TIMEOUT,
                 connect_timeout: defaults::CONNECT_TIMEOUT,
                 drift_factor: defaults::DRIFT_FACTOR,
@@ -142,6 +163,30 @@ impl ClientBuilder {
     /// Prefix of every key written on the nodes. Default: [`defaults::KEY_PREFIX`].
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.settings.key_prefix = prefix.into();
+        self
+    }
+
+    /// Longest TTL this client accepts. Default: [`defaults::MAX_TTL`]; at most
+    /// [`limits::MAX_TTL`]. It is also the default quarantine of a restarted node, so set it
+    /// to the longest TTL you use.
+    pub fn max_ttl(mut self, max: Duration) -> Self {
+        self.settings.max_ttl = max;
+        self
+    }
+
+    /// How long the votes of a node that restarted without durable persistence are not
+    /// counted, from its start. Default: the max TTL, so that every lock the node forgot has
+    /// expired on the other nodes before it votes again. `Duration::ZERO` turns quarantine off
+    /// (the known Redlock weakness: a node that restarts empty can vote for a second holder).
+    pub fn quarantine(mut self, period: Duration) -> Self {
+        self.settings.quarantine = Some(period);
+        self
+    }
+
+    /// When `true`, only nodes that run AOF with `appendfsync always` vote; others are reported
+    /// as not durable. Default: `false` (they vote, and a warning is logged).
+    pub fn require_durable(mut self, required: bool) -> Self {
+        self.settings.require_durable = required;
         self
     }
 
@@ -181,6 +226,13 @@ impl ClientBuilder {
                     s.key_prefix.len(),
                     limits::MAX_PREFIX_BYTES
                 ),
+            ));
+        }
+        check_range("max_ttl", s.max_ttl, limits::MIN_TTL, limits::MAX_TTL)?;
+        if s.quarantine.is_some_and(|q| q > limits::MAX_TTL) {
+            return Err(Error::invalid(
+                "quarantine",
+                format!("must be at most {}", fmt(limits::MAX_TTL)),
             ));
         }
         check_range(
@@ -305,7 +357,7 @@ impl LockOptions {
 
     /// Checks every option against [`limits`] and against the client's drift allowance.
     pub(crate) fn validate(&self, settings: &ClientSettings) -> Result<()> {
-        validate_ttl(self.ttl)?;
+        settings.validate_ttl(self.ttl)?;
         if self.wait > limits::MAX_WAIT {
             return Err(Error::invalid(
                 "wait",
@@ -348,11 +400,6 @@ impl LockOptions {
         }
         Ok(())
     }
-}
-
-/// Checks a TTL against [`limits::MIN_TTL`] and [`limits::MAX_TTL`].
-pub(crate) fn validate_ttl(ttl: Duration) -> Result<()> {
-    check_range("ttl", ttl, limits::MIN_TTL, limits::MAX_TTL)
 }
 
 /// Checks a lock name: non-empty and at most [`limits::MAX_NAME_BYTES`] bytes.

@@ -47,6 +47,11 @@ pub enum NodeFailureKind {
     Server(String),
     /// The node answered something the scripts never return.
     Protocol(String),
+    /// The node restarted recently without durable persistence, so it may have forgotten
+    /// locks it held; its votes are not counted for this much longer.
+    Quarantined(Duration),
+    /// The client requires durable nodes and this one does not run AOF with `appendfsync always`.
+    NotDurable,
 }
 
 impl fmt::Display for NodeFailureKind {
@@ -56,6 +61,14 @@ impl fmt::Display for NodeFailureKind {
             NodeFailureKind::Connection(m) => write!(f, "connection failed: {m}"),
             NodeFailureKind::Server(m) => write!(f, "server error: {m}"),
             NodeFailureKind::Protocol(m) => write!(f, "unexpected reply: {m}"),
+            NodeFailureKind::Quarantined(left) => write!(
+                f,
+                "restarted recently without durable persistence; its votes count again in {}",
+                humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
+            ),
+            NodeFailureKind::NotDurable => {
+                f.write_str("not durable (needs appendonly yes and appendfsync always), and durable nodes are required")
+            }
         }
     }
 }
@@ -68,6 +81,8 @@ impl NodeFailureKind {
             NodeFailureKind::Connection(_) => "connection",
             NodeFailureKind::Server(_) => "server",
             NodeFailureKind::Protocol(_) => "protocol",
+            NodeFailureKind::Quarantined(_) => "quarantined",
+            NodeFailureKind::NotDurable => "not_durable",
         }
     }
 }
@@ -169,6 +184,10 @@ pub enum Error {
         name: String,
     },
 
+    /// A protected resource refused or failed a fenced write's I/O (see [`crate::fencing`]).
+    #[error("the protected resource failed: {0}")]
+    Resource(String),
+
     /// The operating system could not supply random bytes for a token.
     #[error("the operating system's random number generator failed: {0}")]
     Entropy(String),
@@ -185,6 +204,7 @@ impl Error {
             Error::Timeout { .. } => "timeout",
             Error::LockLost { .. } => "lock_lost",
             Error::NotHeld { .. } => "not_held",
+            Error::Resource(_) => "resource",
             Error::Entropy(_) => "entropy",
         }
     }

@@ -127,6 +127,7 @@ impl RenewOptions {
 pub struct LockWatch {
     name: Arc<str>,
     token: Arc<str>,
+    fence: u64,
     status: watch::Receiver<GuardStatus>,
 }
 
@@ -139,6 +140,11 @@ impl LockWatch {
     /// The holder's token.
     pub fn token(&self) -> &str {
         &self.token
+    }
+
+    /// The lock's fencing token; renewals keep it.
+    pub fn fence(&self) -> u64 {
+        self.fence
     }
 
     /// The latest status.
@@ -217,6 +223,7 @@ impl Lock {
             name,
             key,
             token,
+            fence,
             ttl,
             valid_until,
             held,
@@ -245,6 +252,7 @@ impl Lock {
             watch: LockWatch {
                 name,
                 token,
+                fence,
                 status: status_rx,
             },
             commands: Some(commands_tx),
@@ -261,6 +269,11 @@ impl LockGuard {
     /// The holder's token.
     pub fn token(&self) -> &str {
         self.watch.token()
+    }
+
+    /// The lock's fencing token; renewals keep it.
+    pub fn fence(&self) -> u64 {
+        self.watch.fence()
     }
 
     /// The holder's state.
@@ -439,7 +452,7 @@ impl Renewal {
                 .await;
             drop(client);
             match result {
-                Ok(valid_until) => {
+                Ok((valid_until, _fence)) => {
                     crate::metrics::renewal("renewed");
                     debug!(valid_for = ?valid_until.saturating_duration_since(Instant::now()), "renewed");
                     self.status.send_modify(|s| {

@@ -40,6 +40,7 @@
 //! - `lock`: acquire, extend, release and the [`Lock`] handle.
 //! - `guard`: background renewal, the holder's state and the lost-lock signal ([`LockGuard`]).
 //! - `client`: the [`Client`] and inspection of a lock.
+//! - [`fencing`]: the protected resource's side of fencing tokens.
 //! - [`metrics`]: the metric names the library records.
 //! - [`dev`]: local `redis-server` processes for development, tests and benchmarks.
 
@@ -48,6 +49,7 @@ pub mod config;
 pub mod dev;
 mod error;
 mod fanout;
+pub mod fencing;
 mod guard;
 mod lock;
 pub mod metrics;
@@ -58,7 +60,8 @@ pub use client::{Client, LockInfo, NodeLockState};
 pub use config::{ClientBuilder, LockOptions};
 pub use error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 pub use guard::{GuardStatus, LockGuard, LockState, LockWatch, RenewOptions, RenewalStop};
-pub use lock::Lock;
+pub use lock::{Lock, MAX_FENCE};
+pub use node::NodeHealth;
 
 // The README's examples are compiled and run as doc tests.
 #[cfg(doctest)]

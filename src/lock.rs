@@ -2,13 +2,14 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rand::TryRng;
 use tracing::{Instrument, debug, debug_span};
 
 use crate::client::Client;
-use crate::config::{LockOptions, validate_token, validate_ttl};
+use crate::config::{LockOptions, validate_token};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::fanout::{Answer, fan_out, vote};
 use crate::metrics::HeldGauge;
@@ -17,6 +18,12 @@ use crate::quorum::{Decision, validity};
 
 /// Bytes of OS randomness in a holder token (hex-encoded, so tokens are 32 characters).
 const TOKEN_BYTES: usize = 16;
+
+/// Fencing tokens stay below 2^53: Lua numbers on the nodes are doubles.
+pub const MAX_FENCE: u64 = (1 << 53) - 1;
+
+/// Stale proposals answered at once before an attempt counts as failed.
+const MAX_PROPOSAL_ROUNDS: u32 = 4;
 
 /// A lock held on a quorum of nodes.
 ///
@@ -29,6 +36,7 @@ pub struct Lock {
     pub(crate) name: String,
     pub(crate) key: Arc<str>,
     pub(crate) token: Arc<str>,
+    pub(crate) fence: u64,
     pub(crate) ttl: Duration,
     pub(crate) valid_until: Instant,
     pub(crate) held: HeldGauge,
@@ -51,6 +59,7 @@ impl Lock {
         name: &str,
         key: Arc<str>,
         token: Arc<str>,
+        fence: u64,
         ttl: Duration,
         valid_until: Instant,
     ) -> Self {
@@ -60,6 +69,7 @@ impl Lock {
             name: name.to_owned(),
             key,
             token,
+            fence,
             ttl,
             valid_until,
         }
@@ -74,6 +84,14 @@ impl Lock {
     /// token can extend or release the lock.
     pub fn token(&self) -> &str {
         &self.token
+    }
+
+    /// The fencing token of this acquisition: larger than that of every earlier acquisition of
+    /// the same name, whatever the clocks did. Send it with every write to the protected
+    /// resource, which must refuse a token lower than the highest it has seen (see
+    /// [`crate::fencing`]).
+    pub fn fence(&self) -> u64 {
+        self.fence
     }
 
     /// The TTL the lock was last set with.
@@ -107,7 +125,7 @@ impl Lock {
     /// [`Error::QuorumUnavailable`] when too many nodes failed to answer in time;
     /// [`Error::InvalidArgument`] for a TTL out of bounds.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        validate_ttl(ttl)?;
+        self.client.inner.settings.validate_ttl(ttl)?;
         if !self.is_valid() {
             crate::metrics::extension("lost");
             crate::metrics::lock_lost();
@@ -126,7 +144,7 @@ impl Lock {
             )
             .await;
         match result {
-            Ok(valid_until) => {
+            Ok((valid_until, _fence)) => {
                 self.valid_until = valid_until;
                 self.ttl = ttl;
                 Ok(())
@@ -182,22 +200,24 @@ impl Client {
         let result = async {
             let key: Arc<str> = self.key(name)?.into();
             opts.validate(&self.inner.settings)?;
+            let fence_key: Arc<str> = self.fence_key(name).into();
             let token: Arc<str> = new_token()?.into();
             let wait_until = started + wait;
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
                 let error = match self
-                    .attempt(name, &key, &token, opts)
+                    .attempt(name, &key, &fence_key, &token, opts)
                     .instrument(debug_span!("attempt", attempt))
                     .await
                 {
-                    Ok(valid_until) => {
+                    Ok((valid_until, fence)) => {
                         return Ok(Lock::new(
                             self,
                             name,
                             key,
                             token,
+                            fence,
                             opts.get_ttl(),
                             valid_until,
                         ));
@@ -223,64 +243,105 @@ impl Client {
         result
     }
 
-    /// One attempt: ask every node, count the votes, release on failure.
+    /// One attempt: ask every node, count the votes, release on failure. Returns the validity
+    /// deadline and the fencing token.
+    ///
+    /// A proposal that a quorum refuses only as stale (their counters are not below it) is
+    /// raised above the highest counter reported and sent again at once: that is not
+    /// contention, so it costs no retry delay, and nodes that granted the lower proposal take
+    /// the higher one (they see their own token).
     async fn attempt(
         &self,
         name: &str,
         key: &Arc<str>,
+        fence_key: &Arc<str>,
         token: &Arc<str>,
         opts: &LockOptions,
-    ) -> Result<Instant> {
+    ) -> Result<(Instant, u64)> {
         let settings = &self.inner.settings;
         let nodes = &self.inner.nodes;
         let ttl = opts.get_ttl();
         let drift = settings.drift(ttl);
-        let start = Instant::now();
-        // A node answering at the very deadline must still leave the minimum validity.
-        let budget = ttl
-            .saturating_sub(drift)
-            .saturating_sub(opts.get_min_validity());
-        let deadline = start + settings.node_timeout.min(budget);
-
         let mut cleanup = ReleaseOnDrop {
             client: self,
             key,
             token,
             armed: true,
         };
-        let (tally, answers) = vote(
-            nodes,
-            Operation::Acquire,
-            deadline,
-            |i| {
-                let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
-                async move { inner.nodes[i].acquire(&key, &token, ttl).await }
-            },
-            |reply| *reply == AcquireReply::Granted,
-        )
-        .await;
-        let elapsed = start.elapsed();
-
-        let error = if tally.decision() == Decision::Reached {
-            match validity(ttl, elapsed, drift) {
-                Some(v) if v >= opts.get_min_validity() => {
-                    cleanup.armed = false;
-                    return Ok(start + ttl - drift);
-                }
-                _ => Error::Timeout {
-                    operation: Operation::Acquire,
-                    name: name.to_owned(),
-                    elapsed,
-                    detail: format!(
-                        "a quorum granted, but too late to leave the minimum validity of {}",
-                        humantime::format_duration(opts.get_min_validity())
-                    ),
+        let mut proposal = self.propose(0)?;
+        let mut round = 0;
+        let (error, answers) = loop {
+            round += 1;
+            let start = Instant::now();
+            // A node answering at the very deadline must still leave the minimum validity.
+            let budget = ttl
+                .saturating_sub(drift)
+                .saturating_sub(opts.get_min_validity());
+            let deadline = start + settings.node_timeout.min(budget);
+            let (tally, answers) = vote(
+                nodes,
+                Operation::Acquire,
+                deadline,
+                |i| {
+                    let (inner, key, fence_key, token) = (
+                        self.inner.clone(),
+                        key.clone(),
+                        fence_key.clone(),
+                        token.clone(),
+                    );
+                    async move {
+                        inner.nodes[i]
+                            .acquire([&key, &fence_key], &token, ttl, proposal)
+                            .await
+                    }
                 },
+                |reply| matches!(reply, AcquireReply::Granted(_)),
+            )
+            .await;
+            let elapsed = start.elapsed();
+
+            if tally.decision() == Decision::Reached {
+                match validity(ttl, elapsed, drift) {
+                    Some(v) if v >= opts.get_min_validity() => {
+                        cleanup.armed = false;
+                        self.note_fence(proposal);
+                        return Ok((start + ttl - drift, proposal));
+                    }
+                    _ => {
+                        let error = Error::Timeout {
+                            operation: Operation::Acquire,
+                            name: name.to_owned(),
+                            elapsed,
+                            detail: format!(
+                                "a quorum granted, but too late to leave the minimum validity of {}",
+                                humantime::format_duration(opts.get_min_validity())
+                            ),
+                        };
+                        break (error, answers);
+                    }
+                }
             }
-        } else {
             let holders = addrs_where(nodes, &answers, |a| matches!(a, Ok(AcquireReply::Held(_))));
+            let stale = answers
+                .iter()
+                .filter_map(|a| match a {
+                    Some(Ok(AcquireReply::Stale(counter))) => Some(*counter),
+                    _ => None,
+                })
+                .max();
+            if let Some(counter) =
+                stale.filter(|_| holders.is_empty() && round < MAX_PROPOSAL_ROUNDS)
+            {
+                debug!(
+                    proposal,
+                    counter, "proposal was stale; proposing higher at once"
+                );
+                self.note_fence(counter);
+                proposal = self.propose(counter)?;
+                continue;
+            }
             let failures = failures(nodes, &answers);
-            if holders.is_empty() {
+            let error = if holders.is_empty() {
                 self.unavailable(Operation::Acquire, name, failures)
             } else {
                 Error::Contended {
@@ -289,7 +350,8 @@ impl Client {
                     failures,
                     total: nodes.len(),
                 }
-            }
+            };
+            break (error, answers);
         };
         // A node that answered "held by another" has nothing of ours; every other node may.
         self.release_where(key, token, |i| {
@@ -298,6 +360,34 @@ impl Client {
         .await;
         cleanup.armed = false;
         Err(error)
+    }
+
+    /// A fencing token to propose: above `floor`, above every token this client has seen, and
+    /// at least the current time in microseconds (so that clients that have never met still
+    /// tend to propose fresh values). Safety does not rest on it: the nodes check.
+    fn propose(&self, floor: u64) -> Result<u64> {
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let seen = self.inner.highest_fence.load(Ordering::Relaxed);
+        let proposal = clock
+            .max(seen.saturating_add(1))
+            .max(floor.saturating_add(1));
+        if proposal > MAX_FENCE {
+            return Err(Error::Timeout {
+                operation: Operation::Acquire,
+                name: String::new(),
+                elapsed: Duration::ZERO,
+                detail: format!(
+                    "fencing counters on the nodes have reached the limit of {MAX_FENCE} (2^53 - 1)"
+                ),
+            });
+        }
+        Ok(proposal)
+    }
+
+    fn note_fence(&self, fence: u64) {
+        self.inner.highest_fence.fetch_max(fence, Ordering::Relaxed);
     }
 
     /// Extends a lock by name and token, as a stateless caller (the HTTP service) would.
@@ -309,10 +399,10 @@ impl Client {
     pub async fn extend_token(&self, name: &str, token: &str, ttl: Duration) -> Result<Lock> {
         let key: Arc<str> = self.key(name)?.into();
         validate_token(token)?;
-        validate_ttl(ttl)?;
+        self.inner.settings.validate_ttl(ttl)?;
         let token: Arc<str> = token.into();
-        let valid_until = self.extend_key(name, &key, &token, ttl, None).await?;
-        Ok(Lock::new(self, name, key, token, ttl, valid_until))
+        let (valid_until, fence) = self.extend_key(name, &key, &token, ttl, None).await?;
+        Ok(Lock::new(self, name, key, token, fence, ttl, valid_until))
     }
 
     pub(crate) async fn extend_key(
@@ -322,8 +412,9 @@ impl Client {
         token: &Arc<str>,
         ttl: Duration,
         valid_until: Option<Instant>,
-    ) -> Result<Instant> {
+    ) -> Result<(Instant, u64)> {
         let settings = &self.inner.settings;
+        let fence_key: Arc<str> = self.fence_key(name).into();
         let nodes = &self.inner.nodes;
         let start = Instant::now();
         // Answers after the current validity are of no use: the lock may be gone by then.
@@ -336,9 +427,10 @@ impl Client {
             deadline,
             |i| {
                 let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
-                async move { inner.nodes[i].extend(&key, &token, ttl).await }
+                let fence_key = fence_key.clone();
+                async move { inner.nodes[i].extend([&key, &fence_key], &token, ttl).await }
             },
-            |extended| *extended,
+            Option::is_some,
         )
         .instrument(debug_span!("extend", lock = %name))
         .await;
@@ -346,7 +438,12 @@ impl Client {
         let in_time = valid_until.is_none_or(|v| Instant::now() < v);
         if tally.decision() == Decision::Reached && in_time {
             crate::metrics::extension("extended");
-            return Ok(start + ttl - drift);
+            // Every node that has the lock has the holder's token as its counter.
+            let fence = answers
+                .iter()
+                .filter_map(|a| a.as_ref()?.as_ref().ok().copied().flatten())
+                .max();
+            return Ok((start + ttl - drift, fence.unwrap_or(0)));
         }
         // Refusals alone rule a quorum out: the lock is gone, whatever the failed nodes say.
         let quorum = self.quorum();

@@ -5,7 +5,7 @@
 //! is built, so install a recorder (for example `metrics-exporter-prometheus`) before building
 //! the [`Client`](crate::Client) whose metrics it should see.
 
-use metrics::{Counter, Gauge, Histogram, Unit};
+use metrics::{Gauge, Histogram, Unit};
 
 use crate::error::Operation;
 
@@ -30,6 +30,12 @@ pub const RENEWALS: &str = "redquorum_renewals_total";
 pub const LOCKS_HELD: &str = "redquorum_locks_held";
 /// Gauge, label `node`: 1 when the node's last call got an answer, 0 when it failed.
 pub const NODE_UP: &str = "redquorum_node_up";
+/// Gauge, label `node`: 1 while the node's votes are not counted because it restarted
+/// recently without durable persistence.
+pub const NODE_QUARANTINED: &str = "redquorum_node_quarantined";
+/// Gauge, label `node`: 1 when the node keeps every write across a restart (AOF with
+/// `appendfsync always`), 0 when it cannot keep fencing counters.
+pub const NODE_DURABLE: &str = "redquorum_node_durable";
 
 /// Registers descriptions and units with the installed recorder, if any.
 pub(crate) fn describe() {
@@ -51,6 +57,14 @@ pub(crate) fn describe() {
     metrics::describe_counter!(RENEWALS, "Background renewals by outcome");
     metrics::describe_gauge!(LOCKS_HELD, "Locks held by this process");
     metrics::describe_gauge!(NODE_UP, "Whether the node answered its last call");
+    metrics::describe_gauge!(
+        NODE_QUARANTINED,
+        "Whether the node's votes are held back after a restart"
+    );
+    metrics::describe_gauge!(
+        NODE_DURABLE,
+        "Whether the node keeps every write across a restart"
+    );
 }
 
 const OPERATIONS: [Operation; 4] = [
@@ -66,6 +80,8 @@ pub(crate) struct NodeMetrics {
     node: String,
     durations: [Histogram; 4],
     up: Gauge,
+    quarantined: Gauge,
+    durable: Gauge,
 }
 
 impl NodeMetrics {
@@ -77,12 +93,22 @@ impl NodeMetrics {
             node: node.to_owned(),
             durations,
             up: metrics::gauge!(NODE_UP, "node" => node.to_owned()),
+            quarantined: metrics::gauge!(NODE_QUARANTINED, "node" => node.to_owned()),
+            durable: metrics::gauge!(NODE_DURABLE, "node" => node.to_owned()),
         }
     }
 
     pub(crate) fn success(&self, op: Operation, seconds: f64) {
         self.durations[op_index(op)].record(seconds);
         self.up.set(1.0);
+    }
+
+    pub(crate) fn quarantined(&self, yes: bool) {
+        self.quarantined.set(if yes { 1.0 } else { 0.0 });
+    }
+
+    pub(crate) fn durable(&self, yes: bool) {
+        self.durable.set(if yes { 1.0 } else { 0.0 });
     }
 
     pub(crate) fn failure(&self, op: Operation, kind: &'static str) {
@@ -109,11 +135,7 @@ pub(crate) fn acquire_done(outcome: &'static str, seconds: f64) {
 }
 
 pub(crate) fn quorum_failure(op: Operation) {
-    quorum_failures(op).increment(1);
-}
-
-fn quorum_failures(op: Operation) -> Counter {
-    metrics::counter!(QUORUM_FAILURES, "operation" => op.as_str())
+    metrics::counter!(QUORUM_FAILURES, "operation" => op.as_str()).increment(1);
 }
 
 pub(crate) fn extension(outcome: &'static str) {

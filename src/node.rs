@@ -1,19 +1,29 @@
-//! One Redis master: its address, a lazily built multiplexed connection, and the Lua scripts.
+//! One Redis master: its address, a lazily built multiplexed connection, the Lua scripts, and
+//! what the client knows of its health (uptime, persistence, quarantine).
 //!
 //! A node never waits on its own: the caller (the fan-out) puts a deadline on every call.
 //! The connection is a redis-rs `ConnectionManager` made on first use, with one reconnect
 //! retry and a bounded connect time, so a node that is down at start-up blocks nothing and a
 //! reconnecting node costs a call no more than its deadline.
+//!
+//! Health is read with `INFO` (and `CONFIG GET appendfsync` where allowed) pipelined in front
+//! of a script call: on first contact, after any connection error (the node may have
+//! restarted), and when the last reading is older than [`PROBE_INTERVAL`]. So a restarted node
+//! is never counted before its new uptime is known, at no extra round trip.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::{LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use tracing::warn;
 
 use crate::error::{Error, NodeFailureKind, Operation, Result};
 use crate::metrics::NodeMetrics;
+
+/// How old a node's health reading may get before the next call refreshes it.
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A Lua script run on the nodes, with its SHA1 for `EVALSHA`.
 #[derive(Debug)]
@@ -51,9 +61,12 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 /// A node's answer to an acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    Granted,
+    /// Granted with this fencing token.
+    Granted(u64),
     /// Held by another token, which expires in this long (if the node said).
     Held(Option<Duration>),
+    /// The proposed fencing token is not above the node's counter, which is this.
+    Stale(u64),
 }
 
 /// A node's answer to a release.
@@ -64,6 +77,57 @@ pub(crate) enum ReleaseReply {
     Foreign,
 }
 
+/// What the client knows of one node's health, from [`Client::node_health`](crate::Client::node_health).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeHealth {
+    /// The node's address, `host:port`.
+    pub node: String,
+    /// Why the last reading failed, if it did.
+    pub error: Option<String>,
+    /// How long the server process has been up, at the last reading.
+    pub uptime: Option<Duration>,
+    /// Whether AOF is on.
+    pub aof_enabled: Option<bool>,
+    /// The `appendfsync` policy, when `CONFIG GET` is allowed.
+    pub appendfsync: Option<String>,
+    /// Whether the node keeps every write across a restart (AOF with `appendfsync always`):
+    /// what fencing counters need. `false` when it cannot be confirmed.
+    pub durable: bool,
+    /// How much longer the node's votes are not counted because it restarted recently.
+    pub quarantined_for: Option<Duration>,
+}
+
+/// The last health reading of a node.
+#[derive(Debug, Default)]
+struct Health {
+    /// Read since the last connection error; a node that is not is read before it is counted.
+    verified: bool,
+    read_at: Option<Instant>,
+    started_at: Option<Instant>,
+    run_id: Option<String>,
+    aof_enabled: Option<bool>,
+    appendfsync: Option<String>,
+    error: Option<String>,
+    /// Whether a warning about durability was logged for the current process of the node.
+    warned: bool,
+}
+
+impl Health {
+    fn durable(&self) -> bool {
+        self.aof_enabled == Some(true) && self.appendfsync.as_deref() == Some("always")
+    }
+}
+
+/// Settings a node needs from the client.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeSettings {
+    pub(crate) connect_timeout: Duration,
+    /// Votes of a node up for less than this are not counted (unless it is durable).
+    pub(crate) quarantine: Duration,
+    /// Votes of a node that is not durable are not counted.
+    pub(crate) require_durable: bool,
+}
+
 /// One master.
 #[derive(Debug)]
 pub(crate) struct Node {
@@ -71,16 +135,17 @@ pub(crate) struct Node {
     addr: String,
     client: redis::Client,
     connection: OnceLock<ConnectionManager>,
-    connect_timeout: Duration,
+    settings: NodeSettings,
     /// Scripts this node is known to have cached since the connection was made; a script whose
     /// bit is clear is sent whole with `EVAL`, which runs and caches it in one round trip.
     loaded: AtomicU8,
+    health: Mutex<Health>,
     metrics: NodeMetrics,
 }
 
 impl Node {
     /// Parses and checks a node URL; nothing is connected.
-    pub(crate) fn new(url: &str, connect_timeout: Duration) -> Result<Self> {
+    pub(crate) fn new(url: &str, settings: NodeSettings) -> Result<Self> {
         let shown = redact(url);
         let parsed = url::Url::parse(url).map_err(|e| {
             Error::invalid(
@@ -113,8 +178,9 @@ impl Node {
             addr,
             client,
             connection: OnceLock::new(),
-            connect_timeout,
+            settings,
             loaded: AtomicU8::new(0),
+            health: Mutex::new(Health::default()),
         })
     }
 
@@ -141,7 +207,7 @@ impl Node {
             .set_number_of_retries(1)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(100))
-            .set_connection_timeout(Some(self.connect_timeout))
+            .set_connection_timeout(Some(self.settings.connect_timeout))
             // Deadlines are the fan-out's business; a response timeout here would only make a
             // second, competing one.
             .set_response_timeout(None);
@@ -151,14 +217,42 @@ impl Node {
         Ok(self.connection.get_or_init(|| manager).clone())
     }
 
-    /// Runs a script with one key, using `EVALSHA` when the node is known to have the script and
-    /// `EVAL` (which also caches it) otherwise, or after the node answers `NOSCRIPT` because its
-    /// cache was flushed or it restarted.
+    /// The lock on the health reading; a poisoned lock only means a panic elsewhere while
+    /// holding it, and the reading is still usable.
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn needs_probe(&self) -> bool {
+        let health = self.health();
+        !health.verified || health.read_at.is_none_or(|t| t.elapsed() > PROBE_INTERVAL)
+    }
+
+    /// Whether this node's votes count now; the reason when they do not.
+    fn vote_counts(&self) -> std::result::Result<(), NodeFailureKind> {
+        let health = self.health();
+        if self.settings.require_durable && !health.durable() {
+            return Err(NodeFailureKind::NotDurable);
+        }
+        if let Some(left) = quarantine_left(&health, self.settings.quarantine) {
+            self.metrics.quarantined(true);
+            return Err(NodeFailureKind::Quarantined(left));
+        }
+        self.metrics.quarantined(false);
+        Ok(())
+    }
+
+    /// Runs a script with the given keys, using `EVALSHA` when the node is known to have the
+    /// script and `EVAL` (which also caches it) otherwise, or after the node answers `NOSCRIPT`
+    /// because its cache was flushed or it restarted. When the node's health is due for a
+    /// reading, the reading is pipelined in front of the script, in the same round trip.
     async fn eval(
         &self,
         op: Operation,
         script: &LuaScript,
-        key: &str,
+        keys: &[&str],
         args: impl Fn(&mut Cmd),
     ) -> std::result::Result<Value, NodeFailureKind> {
         let started = Instant::now();
@@ -176,15 +270,32 @@ impl Node {
                 c.arg(script.body);
                 c
             };
-            cmd.arg(1).arg(key);
+            cmd.arg(keys.len()).arg(keys);
             args(&mut cmd);
             cmd
         };
-        // redis-rs hands server errors back as values; turn them into errors to match on.
-        let mut result = conn
-            .send_packed_command(&build(known))
-            .await
-            .and_then(Value::extract_error);
+        let mut result = if self.needs_probe() {
+            let mut pipe = probe_pipeline();
+            pipe.add_command(build(known));
+            match conn.send_packed_commands(&pipe, 0, 3).await {
+                Ok(mut values) if values.len() == 3 => {
+                    let value = values.pop().unwrap_or(Value::Nil);
+                    self.record_probe(&values);
+                    value.extract_error()
+                }
+                Ok(values) => Err(RedisError::from((
+                    ErrorKind::Parse,
+                    "pipeline answered with the wrong number of replies",
+                    format!("{}", values.len()),
+                ))),
+                Err(e) => Err(e),
+            }
+        } else {
+            // redis-rs hands server errors back as values; turn them into errors to match on.
+            conn.send_packed_command(&build(known))
+                .await
+                .and_then(Value::extract_error)
+        };
         if known
             && matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
         {
@@ -200,69 +311,164 @@ impl Node {
                 self.metrics.success(op, started.elapsed().as_secs_f64());
                 Ok(value)
             }
-            Err(e) => {
-                let kind = classify(&e);
-                if matches!(kind, NodeFailureKind::Connection(_)) {
-                    // A new connection may be to a restarted node with an empty script cache.
-                    self.loaded.store(0, Ordering::Relaxed);
-                }
-                self.metrics.failure(op, kind.as_str());
-                Err(kind)
-            }
+            Err(e) => Err(self.failed(op, &e)),
         }
     }
 
-    /// Asks the node to take the lock for `token`.
+    /// Books a failed call; a connection failure means the next connection may be to a
+    /// restarted node, with an empty script cache and a new uptime.
+    fn failed(&self, op: Operation, e: &RedisError) -> NodeFailureKind {
+        let kind = classify(e);
+        if matches!(kind, NodeFailureKind::Connection(_)) {
+            self.loaded.store(0, Ordering::Relaxed);
+            let mut health = self.health();
+            health.verified = false;
+            health.error = Some(e.to_string());
+        }
+        self.metrics.failure(op, kind.as_str());
+        kind
+    }
+
+    /// Stores a health reading from the replies to [`probe_pipeline`].
+    fn record_probe(&self, replies: &[Value]) {
+        let info = match replies.first() {
+            Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+            Some(Value::VerbatimString { text, .. }) => text.clone(),
+            Some(Value::SimpleString(text)) => text.clone(),
+            _ => String::new(),
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        };
+        let now = Instant::now();
+        let uptime = field("uptime_in_seconds")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let run_id = field("run_id");
+        let aof_enabled = field("aof_enabled").map(|v| v == "1");
+        let appendfsync = replies.get(1).and_then(config_value);
+        let mut health = self.health();
+        if uptime.is_none() {
+            health.error = Some("INFO did not report uptime_in_seconds".to_owned());
+            return;
+        }
+        if health.run_id.is_some() && health.run_id != run_id {
+            health.warned = false;
+        }
+        health.verified = true;
+        health.read_at = Some(now);
+        health.started_at = uptime.and_then(|u| now.checked_sub(u));
+        health.run_id = run_id;
+        health.aof_enabled = aof_enabled;
+        health.appendfsync = appendfsync;
+        health.error = None;
+        let durable = health.durable();
+        self.metrics.durable(durable);
+        if !durable && !health.warned {
+            health.warned = true;
+            warn!(
+                node = self.addr,
+                aof_enabled = ?health.aof_enabled,
+                appendfsync = ?health.appendfsync,
+                "node cannot keep fencing counters and locks across a restart; run it with appendonly yes and appendfsync always"
+            );
+        }
+        let left = quarantine_left(&health, self.settings.quarantine);
+        self.metrics.quarantined(left.is_some());
+    }
+
+    /// Reads the node's health now.
+    pub(crate) async fn probe(&self) -> std::result::Result<(), NodeFailureKind> {
+        let mut conn = self.connection()?;
+        match conn.send_packed_commands(&probe_pipeline(), 0, 2).await {
+            Ok(values) => {
+                self.record_probe(&values);
+                Ok(())
+            }
+            Err(e) => Err(self.failed(Operation::Inspect, &e)),
+        }
+    }
+
+    /// The current health report.
+    pub(crate) fn report(&self) -> NodeHealth {
+        let health = self.health();
+        NodeHealth {
+            node: self.addr.clone(),
+            error: health.error.clone(),
+            uptime: health.started_at.map(|s| s.elapsed()),
+            aof_enabled: health.aof_enabled,
+            appendfsync: health.appendfsync.clone(),
+            durable: health.durable(),
+            quarantined_for: quarantine_left(&health, self.settings.quarantine),
+        }
+    }
+
+    /// Asks the node to take the lock for `token` with fencing token `fence`.
     pub(crate) async fn acquire(
         &self,
-        key: &str,
+        keys: [&str; 2],
         token: &str,
         ttl: Duration,
+        fence: u64,
     ) -> std::result::Result<AcquireReply, NodeFailureKind> {
         let value = self
-            .eval(Operation::Acquire, &SCRIPTS.acquire, key, |c| {
-                c.arg(token).arg(millis(ttl));
+            .eval(Operation::Acquire, &SCRIPTS.acquire, &keys, |c| {
+                c.arg(token).arg(millis(ttl)).arg(fence);
             })
             .await?;
-        match value {
+        let reply = match value {
             Value::Array(items) => match items.as_slice() {
-                [Value::Int(1), _] => Ok(AcquireReply::Granted),
-                [Value::Int(0), Value::Int(pttl)] => Ok(AcquireReply::Held(
-                    u64::try_from(*pttl).ok().map(Duration::from_millis),
-                )),
-                _ => Err(unexpected("acquire", &items)),
+                [Value::Int(1), Value::Int(fence)] => AcquireReply::Granted(non_negative(*fence)),
+                [Value::Int(0), Value::Int(pttl)] => {
+                    AcquireReply::Held(u64::try_from(*pttl).ok().map(Duration::from_millis))
+                }
+                [Value::Int(2), Value::Int(counter)] => AcquireReply::Stale(non_negative(*counter)),
+                _ => return Err(unexpected("acquire", &items)),
             },
-            other => Err(unexpected("acquire", &other)),
+            other => return Err(unexpected("acquire", &other)),
+        };
+        // A grant from a node whose votes do not count is left in place (the key makes the
+        // lock sturdier) but not counted; refusals count as what they are.
+        if matches!(reply, AcquireReply::Granted(_)) {
+            self.vote_counts()?;
         }
+        Ok(reply)
     }
 
-    /// Asks the node to push back the lock's expiry if `token` holds it; `true` when it did.
+    /// Asks the node to push back the lock's expiry if `token` holds it; the holder's fencing
+    /// token when it did, `None` when the lock is gone or held by another token.
     pub(crate) async fn extend(
         &self,
-        key: &str,
+        keys: [&str; 2],
         token: &str,
         ttl: Duration,
-    ) -> std::result::Result<bool, NodeFailureKind> {
+    ) -> std::result::Result<Option<u64>, NodeFailureKind> {
         let value = self
-            .eval(Operation::Extend, &SCRIPTS.extend, key, |c| {
+            .eval(Operation::Extend, &SCRIPTS.extend, &keys, |c| {
                 c.arg(token).arg(millis(ttl));
             })
             .await?;
         match value {
-            Value::Int(1) => Ok(true),
-            Value::Int(0) => Ok(false),
+            Value::Int(-1) => Ok(None),
+            Value::Int(fence) if fence >= 0 => {
+                self.vote_counts()?;
+                Ok(Some(non_negative(fence)))
+            }
             other => Err(unexpected("extend", &other)),
         }
     }
 
-    /// Asks the node to delete the lock if `token` holds it.
+    /// Asks the node to delete the lock if `token` holds it. Counted from every node,
+    /// quarantined or not: a release only ever removes.
     pub(crate) async fn release(
         &self,
         key: &str,
         token: &str,
     ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
         let value = self
-            .eval(Operation::Release, &SCRIPTS.release, key, |c| {
+            .eval(Operation::Release, &SCRIPTS.release, &[key], |c| {
                 c.arg(token);
             })
             .await?;
@@ -295,13 +501,58 @@ impl Node {
                 Ok(u64::try_from(ms).ok().map(Duration::from_millis))
             }
             Ok(other) => Err(unexpected("PTTL", &other)),
-            Err(e) => {
-                let kind = classify(&e);
-                self.metrics.failure(Operation::Inspect, kind.as_str());
-                Err(kind)
-            }
+            Err(e) => Err(self.failed(Operation::Inspect, &e)),
         }
     }
+}
+
+/// `INFO server persistence` and `CONFIG GET appendfsync`, in that order.
+fn probe_pipeline() -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.add_command(
+        redis::cmd("INFO")
+            .arg("server")
+            .arg("persistence")
+            .to_owned(),
+    );
+    pipe.add_command(
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendfsync")
+            .to_owned(),
+    );
+    pipe
+}
+
+/// The value of a `CONFIG GET` reply for one parameter; `None` when refused or absent (a
+/// managed Redis may disable CONFIG).
+fn config_value(reply: &Value) -> Option<String> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    match reply {
+        Value::Array(items) => items.get(1).and_then(text),
+        Value::Map(pairs) => pairs.first().and_then(|(_, v)| text(v)),
+        _ => None,
+    }
+}
+
+/// How much longer a node with this health is quarantined: it is when it has been up for less
+/// than `period` and is not durable. A node never read is not quarantined here: it is read
+/// before its first vote is counted.
+fn quarantine_left(health: &Health, period: Duration) -> Option<Duration> {
+    if period.is_zero() || health.durable() {
+        return None;
+    }
+    let until = health.started_at? + period;
+    let left = until.saturating_duration_since(Instant::now());
+    (!left.is_zero()).then_some(left)
+}
+
+fn non_negative(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
 }
 
 fn millis(d: Duration) -> u64 {
@@ -346,6 +597,14 @@ pub(crate) fn redact(url: &str) -> String {
 mod tests {
     use super::*;
 
+    fn settings() -> NodeSettings {
+        NodeSettings {
+            connect_timeout: Duration::from_secs(1),
+            quarantine: Duration::from_secs(60),
+            require_durable: false,
+        }
+    }
+
     #[test]
     fn passwords_never_show() {
         assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
@@ -355,9 +614,8 @@ mod tests {
 
     #[test]
     fn urls_are_checked() {
-        let t = Duration::from_secs(1);
-        assert!(Node::new("redis://127.0.0.1:6379", t).is_ok());
-        assert!(Node::new("rediss://user:pw@example.com:6380/2", t).is_ok());
+        assert!(Node::new("redis://127.0.0.1:6379", settings()).is_ok());
+        assert!(Node::new("rediss://user:pw@example.com:6380/2", settings()).is_ok());
         for bad in [
             "",
             "127.0.0.1:6379",
@@ -366,13 +624,13 @@ mod tests {
             "redis://h:notaport",
             "unix:///tmp/s",
         ] {
-            let err = Node::new(bad, t).unwrap_err();
+            let err = Node::new(bad, settings()).unwrap_err();
             assert!(
                 matches!(err, Error::InvalidArgument { field: "node", .. }),
                 "{bad:?} gave {err}"
             );
         }
-        let err = Node::new("redis://u:hunter2@h:99999", t).unwrap_err();
+        let err = Node::new("redis://u:hunter2@h:99999", settings()).unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 
@@ -382,5 +640,60 @@ mod tests {
         assert_ne!(s.acquire.sha, s.extend.sha);
         assert_ne!(s.extend.sha, s.release.sha);
         assert_eq!(s.acquire.sha.len(), 40);
+    }
+
+    #[test]
+    fn quarantine_covers_recently_started_nodes_that_are_not_durable() {
+        let now = Instant::now();
+        let mut h = Health {
+            started_at: now.checked_sub(Duration::from_secs(5)),
+            ..Health::default()
+        };
+        let left = quarantine_left(&h, Duration::from_secs(60)).unwrap();
+        assert!(
+            left > Duration::from_secs(54) && left <= Duration::from_secs(55),
+            "{left:?}"
+        );
+        assert_eq!(
+            quarantine_left(&h, Duration::from_secs(5)),
+            None,
+            "over once the period passed"
+        );
+        assert_eq!(
+            quarantine_left(&h, Duration::ZERO),
+            None,
+            "zero turns quarantine off"
+        );
+        h.aof_enabled = Some(true);
+        h.appendfsync = Some("everysec".into());
+        assert!(
+            quarantine_left(&h, Duration::from_secs(60)).is_some(),
+            "everysec may lose the last second"
+        );
+        h.appendfsync = Some("always".into());
+        assert_eq!(
+            quarantine_left(&h, Duration::from_secs(60)),
+            None,
+            "AOF always keeps everything"
+        );
+        assert_eq!(
+            quarantine_left(&Health::default(), Duration::from_secs(60)),
+            None
+        );
+    }
+
+    #[test]
+    fn config_replies_are_read_in_both_protocols() {
+        let resp2 = Value::Array(vec![
+            Value::BulkString(b"appendfsync".to_vec()),
+            Value::BulkString(b"always".to_vec()),
+        ]);
+        assert_eq!(config_value(&resp2).as_deref(), Some("always"));
+        let resp3 = Value::Map(vec![(
+            Value::BulkString(b"appendfsync".to_vec()),
+            Value::BulkString(b"everysec".to_vec()),
+        )]);
+        assert_eq!(config_value(&resp3).as_deref(), Some("everysec"));
+        assert_eq!(config_value(&Value::Nil), None);
     }
 }

@@ -20,7 +20,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
 fn run(nodes: &LocalNodes, lock: &str, extra: &[&str], script: &str) -> Child {
     Command::new(BIN)
         .arg("run")
-        .args(["--nodes", &nodes.urls().join(","), "--lock", lock])
+        .args([
+            "--nodes",
+            &nodes.urls().join(","),
+            "--lock",
+            lock,
+            "--quarantine",
+            "0s",
+        ])
         .args(extra)
         .args(["--", "sh", "-c", script])
         .stdin(Stdio::null())
@@ -52,21 +59,33 @@ async fn the_command_sees_the_lock_and_its_exit_code_is_passed_on() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("env");
     let script = format!(
-        "echo \"$REDQUORUM_LOCK $REDQUORUM_TOKEN\" > {}; exit 7",
+        "echo \"$REDQUORUM_LOCK $REDQUORUM_TOKEN $REDQUORUM_FENCE\" > {}; exit 7",
         out.display()
     );
     let (status, stderr) = finish(run(&nodes, "env-check", &[], &script)).await;
     assert_eq!(status.code(), Some(7), "{stderr}");
     let seen = read(&out);
-    let (name, token) = seen.trim().split_once(' ').expect("two words");
+    let words: Vec<&str> = seen.split_whitespace().collect();
+    let [name, token, fence] = words[..] else {
+        panic!("expected three words, got {seen:?}");
+    };
     assert_eq!(name, "env-check");
     assert_eq!(token.len(), 32, "{seen}");
     assert!(token.chars().all(|c| c.is_ascii_hexdigit()));
+    // The fencing token matches the counter the nodes recorded for the name.
+    let fence: u64 = fence.parse().expect("a number");
+    let counter: Option<u64> = redis::AsyncCommands::get(
+        &mut common::raw(&nodes, 0).await,
+        "redquorum:fence:env-check",
+    )
+    .await
+    .unwrap();
+    assert_eq!(counter, Some(fence));
     // Released once the command exited.
     let info = common::client(&nodes).inspect("env-check").await.unwrap();
     assert!(!info.held);
     for i in 0..3 {
-        assert_eq!(common::dbsize(&nodes, i).await, 0);
+        assert_eq!(common::lock_count(&nodes, i).await, 0);
     }
 }
 
@@ -246,6 +265,8 @@ async fn a_missing_command_exits_127_and_releases() {
             &nodes.urls().join(","),
             "--lock",
             "nocmd",
+            "--quarantine",
+            "0s",
             "--",
             "/nonexistent/command",
         ])
@@ -267,13 +288,21 @@ async fn nodes_come_from_flag_then_environment_then_config_file() {
     let bad = "redis://127.0.0.1:1";
     let status = |args: Vec<String>, env: Vec<(&str, String)>| {
         let mut cmd = Command::new(BIN);
-        cmd.args(["run", "--lock", "sourced", "--wait", "0s"])
-            .args(args)
-            .args(["--", "true"])
-            .env_remove("REDQUORUM_NODES")
-            .env_remove("REDQUORUM_CONFIG")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null());
+        cmd.args([
+            "run",
+            "--lock",
+            "sourced",
+            "--wait",
+            "0s",
+            "--quarantine",
+            "0s",
+        ])
+        .args(args)
+        .args(["--", "true"])
+        .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CONFIG")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
         for (k, v) in env {
             cmd.env(k, v);
         }

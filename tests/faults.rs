@@ -93,7 +93,7 @@ async fn minority_paused(n: usize, paused: usize) {
         common::eventually(Duration::from_secs(2), || async {
             let mut total = 0;
             for i in 0..n {
-                total += common::dbsize(&nodes, i).await;
+                total += common::lock_count(&nodes, i).await;
             }
             total == 0
         })
@@ -149,7 +149,7 @@ async fn majority_down_then_back(n: usize) {
         "gave up after {took:?}"
     );
     // The one live node must not keep the failed attempts' grant.
-    assert_eq!(common::dbsize(&nodes, n - 1).await, 0);
+    assert_eq!(common::lock_count(&nodes, n - 1).await, 0);
 
     for i in 0..majority {
         nodes.restart(i).unwrap();
@@ -260,7 +260,7 @@ async fn a_dropped_acquire_leaves_no_keys_and_no_tasks() {
     nodes.resume(2).unwrap();
     assert!(
         common::eventually(Duration::from_secs(2), || async {
-            common::dbsize(&nodes, 1).await + common::dbsize(&nodes, 2).await == 0
+            common::lock_count(&nodes, 1).await + common::lock_count(&nodes, 2).await == 0
         })
         .await,
         "resumed nodes kept the cancelled attempt's key: node 1 {:?} ttl {}, node 2 {:?} ttl {}",

@@ -130,7 +130,7 @@ async fn dropping_a_guard_releases_the_lock() {
         common::eventually(Duration::from_millis(500), || async {
             let mut left = 0;
             for i in 0..3 {
-                left += common::dbsize(&nodes, i).await;
+                left += common::lock_count(&nodes, i).await;
             }
             left == 0
         })
@@ -223,7 +223,7 @@ async fn with_lock_runs_the_work_and_releases() {
     assert_eq!(value, 32);
     for i in 0..3 {
         assert_eq!(
-            common::dbsize(&nodes, i).await,
+            common::lock_count(&nodes, i).await,
             0,
             "released after the work"
         );

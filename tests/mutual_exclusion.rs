@@ -102,7 +102,7 @@ async fn hammer(n: usize) {
     for i in 0..n {
         assert!(
             common::eventually(Duration::from_secs(6), || async {
-                common::dbsize(&nodes, i).await == 0
+                common::lock_count(&nodes, i).await == 0
             })
             .await,
             "node {i} kept a lock key beyond its TTL"

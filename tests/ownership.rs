@@ -104,7 +104,7 @@ async fn release_after_expiry_succeeds_and_extend_after_expiry_is_lost() {
     assert!(matches!(err, Error::LockLost { .. }), "{err}");
     // Extending never recreates the key.
     for i in 0..3 {
-        assert_eq!(common::dbsize(&nodes, i).await, 0);
+        assert_eq!(common::lock_count(&nodes, i).await, 0);
     }
 }
 
@@ -119,10 +119,12 @@ async fn extend_of_a_lock_gone_from_the_nodes_is_lost_and_recreates_nothing() {
     assert!(common::token_everywhere(&nodes, "vanishing", lock.token()).await);
     // The keys vanish on two nodes (a restart without persistence would do this).
     for i in 0..2 {
-        let _: () =
-            redis::AsyncCommands::del(&mut common::raw(&nodes, i).await, "redquorum:vanishing")
-                .await
-                .unwrap();
+        let _: () = redis::AsyncCommands::del(
+            &mut common::raw(&nodes, i).await,
+            "redquorum:lock:vanishing",
+        )
+        .await
+        .unwrap();
     }
     assert!(lock.is_valid(), "the client cannot know yet");
     let err = lock.extend(Duration::from_secs(10)).await.unwrap_err();
@@ -212,11 +214,13 @@ async fn a_prefix_keeps_clients_apart() {
     let nodes = common::nodes(3);
     let a = redquorum::Client::builder()
         .nodes(nodes.urls())
+        .quarantine(Duration::ZERO)
         .key_prefix("app-a:")
         .build()
         .unwrap();
     let b = redquorum::Client::builder()
         .nodes(nodes.urls())
+        .quarantine(Duration::ZERO)
         .key_prefix("app-b:")
         .build()
         .unwrap();
@@ -230,18 +234,18 @@ async fn a_prefix_keeps_clients_apart() {
         .expect("another prefix is another lock");
     assert!(
         common::eventually(Duration::from_secs(2), || async {
-            common::dbsize(&nodes, 0).await == 2
+            common::lock_count(&nodes, 0).await == 2
         })
         .await
     );
     let keys: Vec<String> = redis::cmd("KEYS")
-        .arg("*")
+        .arg("*lock:*")
         .query_async(&mut common::raw(&nodes, 0).await)
         .await
         .unwrap();
     let mut keys = keys;
     keys.sort();
-    assert_eq!(keys, ["app-a:same-name", "app-b:same-name"]);
+    assert_eq!(keys, ["app-a:lock:same-name", "app-b:lock:same-name"]);
     la.release().await.unwrap();
     lb.release().await.unwrap();
 }

@@ -92,7 +92,7 @@ async fn script_flush_on_every_node_is_survived() {
             .expect("extend after SCRIPT FLUSH");
         lock.release().await.expect("release after SCRIPT FLUSH");
         for i in 0..n {
-            assert_eq!(common::dbsize(&nodes, i).await, 0);
+            assert_eq!(common::lock_count(&nodes, i).await, 0);
         }
     }
 }

@@ -25,13 +25,23 @@ async fn demo(masters: usize, pairs: u32) -> Result<(), Box<dyn std::error::Erro
         "started {masters} local redis-server masters on ports {:?}",
         (0..nodes.len()).map(|i| nodes.port(i)).collect::<Vec<_>>()
     );
-    let alice = Client::new(nodes.urls())?;
-    let bob = Client::new(nodes.urls())?;
+    // These masters have just started and keep nothing across a restart, so a client with
+    // default settings would quarantine them (not count their votes) for the max TTL. The
+    // demo knows they have held no locks before, and turns quarantine off.
+    let client = || {
+        Client::builder()
+            .nodes(nodes.urls())
+            .quarantine(Duration::ZERO)
+            .build()
+    };
+    let alice = client()?;
+    let bob = client()?;
     let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_millis(200));
 
     let mut lock = alice.acquire("demo", &opts).await?;
     println!(
-        "alice acquired \"demo\" on a quorum of {} of {}: valid for {}",
+        "alice acquired \"demo\" with fencing token {} on a quorum of {} of {}: valid for {}",
+        lock.fence(),
         alice.quorum(),
         masters,
         ms(lock.remaining())
@@ -48,7 +58,7 @@ async fn demo(masters: usize, pairs: u32) -> Result<(), Box<dyn std::error::Erro
     lock.release().await?;
     println!("alice released it");
     let lock = bob.acquire("demo", &opts).await?;
-    println!("bob acquired it");
+    println!("bob acquired it with fencing token {}", lock.fence());
     lock.release().await?;
 
     // Sequential pairs on distinct names: one client, nothing contended.

@@ -46,7 +46,8 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-/// Where the masters are: `--nodes`, else `REDQUORUM_NODES`, else the config file's `nodes`.
+/// Where the masters are (`--nodes`, else `REDQUORUM_NODES`, else the config file's `nodes`)
+/// and how the client treats them.
 #[derive(Debug, clap::Args)]
 struct NodeArgs {
     /// Comma-separated node URLs: redis://[user:password@]host[:port][/db] or rediss://...
@@ -62,6 +63,17 @@ struct NodeArgs {
     /// REDQUORUM_NODES is given.
     #[arg(long, env = "REDQUORUM_CONFIG")]
     config: Option<std::path::PathBuf>,
+    /// Longest TTL accepted; also how long a restarted node without durable persistence is
+    /// quarantined unless --quarantine says otherwise. Set it to your longest TTL.
+    #[arg(long, env = "REDQUORUM_MAX_TTL", value_parser = humantime::parse_duration)]
+    max_ttl: Option<Duration>,
+    /// How long the votes of a node that restarted without durable persistence are not
+    /// counted (default: --max-ttl, 24h if not given). 0s turns quarantine off.
+    #[arg(long, env = "REDQUORUM_QUARANTINE", value_parser = humantime::parse_duration)]
+    quarantine: Option<Duration>,
+    /// Count only nodes that run AOF with appendfsync always.
+    #[arg(long, env = "REDQUORUM_REQUIRE_DURABLE")]
+    require_durable: bool,
 }
 
 impl NodeArgs {
@@ -74,6 +86,24 @@ impl NodeArgs {
             Some(path) => config::Config::load(path)?.nodes_or_error(path),
             None => Err("no nodes given: pass --nodes URL[,URL...], set REDQUORUM_NODES, or point --config / REDQUORUM_CONFIG at a TOML file with `nodes = [...]`".to_owned()),
         }
+    }
+
+    /// The client, or the exit code after logging why there is none.
+    fn client(&self) -> Result<redquorum::Client, u8> {
+        let nodes = self.resolve().map_err(|message| usage(&message))?;
+        let mut builder = redquorum::Client::builder()
+            .nodes(nodes)
+            .require_durable(self.require_durable);
+        if let Some(max) = self.max_ttl {
+            builder = builder.max_ttl(max);
+        }
+        if let Some(period) = self.quarantine {
+            builder = builder.quarantine(period);
+        }
+        builder.build().map_err(|e| {
+            tracing::error!("{e}");
+            exit_code(&e)
+        })
     }
 }
 
@@ -170,17 +200,17 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             lock,
             ttl,
             wait,
-        } => match nodes.resolve() {
-            Ok(nodes) => tools::acquire(&nodes, &lock, ttl, wait).await,
-            Err(message) => usage(&message),
+        } => match nodes.client() {
+            Ok(client) => tools::acquire(&client, &lock, ttl, wait).await,
+            Err(code) => code,
         },
-        Command::Release { nodes, lock, token } => match nodes.resolve() {
-            Ok(nodes) => tools::release(&nodes, &lock, &token).await,
-            Err(message) => usage(&message),
+        Command::Release { nodes, lock, token } => match nodes.client() {
+            Ok(client) => tools::release(&client, &lock, &token).await,
+            Err(code) => code,
         },
-        Command::Status { nodes, lock } => match nodes.resolve() {
-            Ok(nodes) => tools::status(&nodes, &lock).await,
-            Err(message) => usage(&message),
+        Command::Status { nodes, lock } => match nodes.client() {
+            Ok(client) => tools::status(&client, &lock).await,
+            Err(code) => code,
         },
         Command::Run {
             nodes,
@@ -189,9 +219,9 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             wait,
             kill_after,
             command,
-        } => match nodes.resolve() {
-            Ok(nodes) => run::run(&nodes, &lock, ttl, wait, kill_after, &command).await,
-            Err(message) => usage(&message),
+        } => match nodes.client() {
+            Ok(client) => run::run(&client, &lock, ttl, wait, kill_after, &command).await,
+            Err(code) => code,
         },
     };
     ExitCode::from(code)
@@ -207,7 +237,8 @@ Example: serialise a nightly job across machines, waiting up to 5 minutes for th
   redquorum run --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
       --lock nightly-backup --ttl 30s --wait 5m -- /usr/local/bin/backup --full
 
-The command sees REDQUORUM_LOCK (the name) and REDQUORUM_TOKEN (the holder's token).
+The command sees REDQUORUM_LOCK (the name), REDQUORUM_TOKEN (the holder's token) and
+REDQUORUM_FENCE (the fencing token, to send with every write to the protected resource).
 SIGINT and SIGTERM sent to redquorum are passed on to the command; the lock is released
 after the command exits. If the lock is lost while the command runs (a majority of nodes
 unreachable for longer than the lock's validity), the command gets SIGTERM, then SIGKILL

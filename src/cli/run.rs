@@ -15,20 +15,13 @@ use super::{
 };
 
 pub(super) async fn run(
-    nodes: &[String],
+    client: &Client,
     name: &str,
     ttl: Duration,
     wait: Duration,
     kill_after: Duration,
     command: &[String],
 ) -> u8 {
-    let client = match Client::new(nodes.iter().cloned()) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!("{e}");
-            return exit_code(&e);
-        }
-    };
     let guard = match client
         .acquire_guard(
             name,
@@ -61,7 +54,8 @@ pub(super) async fn run(
     let mut cmd = Command::new(program);
     cmd.args(args)
         .env("REDQUORUM_LOCK", name)
-        .env("REDQUORUM_TOKEN", guard.token());
+        .env("REDQUORUM_TOKEN", guard.token())
+        .env("REDQUORUM_FENCE", guard.fence().to_string());
     // In a terminal the command must stay in the foreground process group to read the
     // terminal; elsewhere (cron, CI) it gets a group of its own, so that signals reach all of
     // its processes.

@@ -6,18 +6,7 @@ use redquorum::{Client, LockOptions};
 
 use super::{EXIT_OK, exit_code};
 
-fn client(nodes: &[String]) -> Result<Client, u8> {
-    Client::new(nodes.iter().cloned()).map_err(|e| {
-        tracing::error!("{e}");
-        exit_code(&e)
-    })
-}
-
-pub(super) async fn acquire(nodes: &[String], name: &str, ttl: Duration, wait: Duration) -> u8 {
-    let client = match client(nodes) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+pub(super) async fn acquire(client: &Client, name: &str, ttl: Duration, wait: Duration) -> u8 {
     match client
         .acquire(name, &LockOptions::new(ttl).wait(wait))
         .await
@@ -37,11 +26,7 @@ pub(super) async fn acquire(nodes: &[String], name: &str, ttl: Duration, wait: D
     }
 }
 
-pub(super) async fn release(nodes: &[String], name: &str, token: &str) -> u8 {
-    let client = match client(nodes) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+pub(super) async fn release(client: &Client, name: &str, token: &str) -> u8 {
     match client.release_token(name, token).await {
         Ok(()) => {
             tracing::info!(lock = name, "released");
@@ -54,11 +39,7 @@ pub(super) async fn release(nodes: &[String], name: &str, token: &str) -> u8 {
     }
 }
 
-pub(super) async fn status(nodes: &[String], name: &str) -> u8 {
-    let client = match client(nodes) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
+pub(super) async fn status(client: &Client, name: &str) -> u8 {
     match client.inspect(name).await {
         Ok(info) => {
             println!(

@@ -14,11 +14,13 @@ pub fn nodes(n: usize) -> LocalNodes {
     LocalNodes::start(n).expect("start local redis-server processes")
 }
 
-/// A client on all of `nodes` with the default per-node deadline written out.
+/// A client on all of `nodes` with the default per-node deadline written out. Quarantine is
+/// off: the harness's nodes have all just started, and tests of quarantine turn it on.
 pub fn client(nodes: &LocalNodes) -> Client {
     Client::builder()
         .nodes(nodes.urls())
         .node_timeout(NODE_TIMEOUT)
+        .quarantine(Duration::ZERO)
         .build()
         .expect("build client")
 }
@@ -43,7 +45,7 @@ pub async fn raw(nodes: &LocalNodes, i: usize) -> redis::aio::MultiplexedConnect
 pub async fn stored_token(nodes: &LocalNodes, i: usize, name: &str) -> Option<String> {
     raw(nodes, i)
         .await
-        .get(format!("redquorum:{name}"))
+        .get(format!("redquorum:lock:{name}"))
         .await
         .expect("GET")
 }
@@ -52,17 +54,19 @@ pub async fn stored_token(nodes: &LocalNodes, i: usize, name: &str) -> Option<St
 pub async fn pttl(nodes: &LocalNodes, i: usize, name: &str) -> i64 {
     raw(nodes, i)
         .await
-        .pttl(format!("redquorum:{name}"))
+        .pttl(format!("redquorum:lock:{name}"))
         .await
         .expect("PTTL")
 }
 
-/// Number of keys on node `i`.
-pub async fn dbsize(nodes: &LocalNodes, i: usize) -> i64 {
-    redis::cmd("DBSIZE")
+/// Number of lock keys on node `i` (fencing counters, which never expire, are not counted).
+pub async fn lock_count(nodes: &LocalNodes, i: usize) -> i64 {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*lock:*")
         .query_async(&mut raw(nodes, i).await)
         .await
-        .expect("DBSIZE")
+        .expect("KEYS");
+    keys.len() as i64
 }
 
 /// One field of `INFO section` on node `i`.
@@ -122,6 +126,7 @@ pub fn patient_client(nodes: &LocalNodes) -> Client {
     Client::builder()
         .nodes(nodes.urls())
         .node_timeout(Duration::from_secs(1))
+        .quarantine(Duration::ZERO)
         .build()
         .expect("build client")
 }
