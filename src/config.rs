@@ -83,6 +83,7 @@ pub(crate) struct ClientSettings {
     /// `None`: the max TTL.
     pub(crate) quarantine: Option<Duration>,
     pub(crate) require_durable: bool,
+    pub(crate) fence_clock: bool,
     pub(crate) node_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) drift_factor: f64,
@@ -134,6 +135,7 @@ impl Default for ClientBuilder {
                 max_ttl: defaults::MAX_TTL,
                 quarantine: None,
                 require_durable: false,
+                fence_clock: true,
                 node_timeout: defaults::NODE_TIMEOUT,
                 connect_timeout: defaults::CONNECT_TIMEOUT,
                 drift_factor: defaults::DRIFT_FACTOR,
@@ -187,6 +189,17 @@ impl ClientBuilder {
     /// as not durable. Default: `false` (they vote, and a warning is logged).
     pub fn require_durable(mut self, required: bool) -> Self {
         self.settings.require_durable = required;
+        self
+    }
+
+    /// Whether fencing-token proposals start from the clock (microseconds since the epoch).
+    /// Default: `true`, so that a client's first proposal is usually above every counter and
+    /// an acquire costs one round trip. With `false` no clock is read: a client proposes one
+    /// above the highest token it has seen and, when the nodes report higher counters,
+    /// proposes above those at once (a round trip more). Safety is the same either way: it
+    /// rests on the nodes' check alone.
+    pub fn fence_clock(mut self, enabled: bool) -> Self {
+        self.settings.fence_clock = enabled;
         self
     }
 

@@ -27,9 +27,11 @@
 //! # Safety notes
 //!
 //! The lock is exclusive as long as the masters keep their keys for the TTL: a master that
-//! restarts without persistence forgets the locks it held, and a master whose clock jumps
-//! forward expires them early. A holder that is paused (GC, swapping) past its validity may act
-//! after someone else took the lock; check [`Lock::remaining`] before acting on a lock.
+//! restarts without persistence forgets the locks it held (redquorum quarantines such a master
+//! for the max TTL), and a master whose clock jumps forward expires them early. A holder that
+//! is paused (GC, swapping) past its validity may act after someone else took the lock; the
+//! defence is the fencing token, [`Lock::fence`], which grows with every acquisition of a name
+//! and which the protected resource checks on every write ([`fencing`]).
 //!
 //! # Layout
 //!

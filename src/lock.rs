@@ -363,12 +363,16 @@ impl Client {
     }
 
     /// A fencing token to propose: above `floor`, above every token this client has seen, and
-    /// at least the current time in microseconds (so that clients that have never met still
-    /// tend to propose fresh values). Safety does not rest on it: the nodes check.
+    /// (unless turned off) at least the current time in microseconds, so that clients that have
+    /// never met still tend to propose fresh values. Safety does not rest on it: the nodes check.
     fn propose(&self, floor: u64) -> Result<u64> {
-        let clock = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let clock = if self.inner.settings.fence_clock {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        } else {
+            0
+        };
         let seen = self.inner.highest_fence.load(Ordering::Relaxed);
         let proposal = clock
             .max(seen.saturating_add(1))
