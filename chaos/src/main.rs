@@ -1,0 +1,2 @@
+//! The chaos runner: brings up the compose project, injects faults, records and checks a history.
+fn main() {}
