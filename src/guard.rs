@@ -171,6 +171,13 @@ impl LockWatch {
             .saturating_duration_since(Instant::now())
     }
 
+    /// Waits for the next change of status (a renewal, a failed renewal, the loss) and returns
+    /// it; `None` once the guard has been released or dropped.
+    pub async fn changed(&mut self) -> Option<GuardStatus> {
+        self.status.changed().await.ok()?;
+        Some(self.status.borrow_and_update().clone())
+    }
+
     /// Resolves when the lock is lost (at once if it already is). If the guard is released or
     /// dropped first, it never resolves.
     pub async fn lost(&self) {

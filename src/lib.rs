@@ -45,6 +45,7 @@
 //! - [`fencing`]: the protected resource's side of fencing tokens.
 //! - [`metrics`]: the metric names the library records.
 //! - [`dev`]: local `redis-server` processes for development, tests and benchmarks.
+//! - `server` (feature `server`, on by default): the HTTP coordinator behind `redquorum serve`.
 
 mod client;
 pub mod config;
@@ -57,6 +58,8 @@ mod lock;
 pub mod metrics;
 mod node;
 pub mod quorum;
+#[cfg(feature = "server")]
+pub mod server;
 
 pub use client::{Client, LockInfo, NodeLockState};
 pub use config::{ClientBuilder, LockOptions};

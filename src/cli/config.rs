@@ -1,16 +1,46 @@
-//! The TOML configuration file: where the masters are, for commands not given `--nodes`.
+//! The TOML configuration file: settings for commands not given them as flags or environment.
 
-use std::path::Path;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
-/// The file's contents. Unknown keys are refused, so a typo does not silently do nothing.
+/// The file's contents; every key is optional. Unknown keys are refused, so that a typo does
+/// not silently do nothing.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Config {
     /// Node URLs.
     #[serde(default)]
     pub(crate) nodes: Vec<String>,
+    /// Longest TTL accepted (and default quarantine), e.g. "1m".
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) max_ttl: Option<Duration>,
+    /// Restart quarantine, e.g. "1m"; "0s" turns it off.
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) quarantine: Option<Duration>,
+    /// Count only durable nodes.
+    #[serde(default)]
+    pub(crate) require_durable: Option<bool>,
+    /// `serve`: the API's address.
+    #[serde(default)]
+    pub(crate) listen: Option<SocketAddr>,
+    /// `serve`: a separate address for `/metrics`.
+    #[serde(default)]
+    pub(crate) metrics_listen: Option<SocketAddr>,
+    /// `serve`: a file holding the bearer token.
+    #[serde(default)]
+    pub(crate) auth_token_file: Option<PathBuf>,
+    /// `serve`: allow a non-loopback address without a token.
+    #[serde(default)]
+    pub(crate) allow_unauthenticated: Option<bool>,
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    let text: Option<String> = Option::deserialize(d)?;
+    text.map(|t| humantime::parse_duration(&t).map_err(serde::de::Error::custom))
+        .transpose()
 }
 
 impl Config {
@@ -19,17 +49,6 @@ impl Config {
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
         toml::from_str(&text)
             .map_err(|e| format!("config file {} is not valid: {e}", path.display()))
-    }
-
-    pub(crate) fn nodes_or_error(self, path: &Path) -> Result<Vec<String>, String> {
-        if self.nodes.is_empty() {
-            Err(format!(
-                "config file {} has no `nodes = [...]`",
-                path.display()
-            ))
-        } else {
-            Ok(self.nodes)
-        }
     }
 }
 
@@ -43,13 +62,17 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/redquorum.example.toml"
         ));
-        let nodes = Config::load(path).unwrap().nodes_or_error(path).unwrap();
-        assert_eq!(nodes.len(), 3);
-        assert!(redquorum::Client::new(nodes).is_ok());
+        let config = Config::load(path).unwrap();
+        assert_eq!(config.nodes.len(), 3);
+        assert!(redquorum::Client::new(config.nodes).is_ok());
+        assert_eq!(config.max_ttl, Some(Duration::from_secs(60)));
+        assert_eq!(config.listen, Some("127.0.0.1:7700".parse().unwrap()));
     }
 
     #[test]
-    fn unknown_keys_are_refused() {
+    fn unknown_keys_and_bad_durations_are_refused() {
         assert!(toml::from_str::<Config>("nodez = []").is_err());
+        assert!(toml::from_str::<Config>("max_ttl = \"soon\"").is_err());
+        assert!(toml::from_str::<Config>("listen = \"nowhere\"").is_err());
     }
 }

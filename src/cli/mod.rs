@@ -4,6 +4,7 @@
 mod config;
 mod demo;
 mod run;
+mod serve;
 mod tools;
 
 use std::process::ExitCode;
@@ -77,38 +78,55 @@ struct NodeArgs {
 }
 
 impl NodeArgs {
-    /// The node URLs, by the documented precedence, or a message saying what is missing.
-    fn resolve(&self) -> Result<Vec<String>, String> {
-        if !self.nodes.is_empty() {
-            return Ok(self.nodes.clone());
-        }
+    /// The config file, if one was named.
+    fn config(&self) -> Result<config::Config, String> {
         match &self.config {
-            Some(path) => config::Config::load(path)?.nodes_or_error(path),
-            None => Err("no nodes given: pass --nodes URL[,URL...], set REDQUORUM_NODES, or point --config / REDQUORUM_CONFIG at a TOML file with `nodes = [...]`".to_owned()),
+            Some(path) => config::Config::load(path),
+            None => Ok(config::Config::default()),
         }
+    }
+
+    /// A client builder from flags and environment, falling back on the config file.
+    fn builder(&self, config: &config::Config) -> Result<redquorum::ClientBuilder, String> {
+        let nodes = if !self.nodes.is_empty() {
+            self.nodes.clone()
+        } else if !config.nodes.is_empty() {
+            config.nodes.clone()
+        } else {
+            return Err("no nodes given: pass --nodes URL[,URL...], set REDQUORUM_NODES, or point --config / REDQUORUM_CONFIG at a TOML file with `nodes = [...]`".to_owned());
+        };
+        let mut builder = redquorum::Client::builder()
+            .nodes(nodes)
+            .require_durable(self.require_durable || config.require_durable == Some(true));
+        if let Some(max) = self.max_ttl.or(config.max_ttl) {
+            builder = builder.max_ttl(max);
+        }
+        if let Some(period) = self.quarantine.or(config.quarantine) {
+            builder = builder.quarantine(period);
+        }
+        Ok(builder)
     }
 
     /// The client, or the exit code after logging why there is none.
     fn client(&self) -> Result<redquorum::Client, u8> {
-        let nodes = self.resolve().map_err(|message| usage(&message))?;
-        let mut builder = redquorum::Client::builder()
-            .nodes(nodes)
-            .require_durable(self.require_durable);
-        if let Some(max) = self.max_ttl {
-            builder = builder.max_ttl(max);
-        }
-        if let Some(period) = self.quarantine {
-            builder = builder.quarantine(period);
-        }
-        builder.build().map_err(|e| {
-            tracing::error!("{e}");
-            exit_code(&e)
-        })
+        let config = self.config().map_err(|m| usage(&m))?;
+        build(self.builder(&config).map_err(|m| usage(&m))?)
     }
+}
+
+/// Builds a client, or logs why not and gives the exit code.
+fn build(builder: redquorum::ClientBuilder) -> Result<redquorum::Client, u8> {
+    builder.build().map_err(|e| {
+        tracing::error!("{e}");
+        exit_code(&e)
+    })
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the HTTP lock coordinator (see docs/http-api.md), with Prometheus /metrics.
+    #[command(after_long_help = SERVE_HELP)]
+    Serve(serve::ServeArgs),
     /// Start local redis-server masters, show a lock's life on them, and measure it.
     Demo {
         /// How many masters to start.
@@ -183,8 +201,10 @@ enum Command {
 pub(crate) fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),
@@ -194,6 +214,7 @@ pub(crate) fn init_tracing(format: LogFormat) {
 
 pub(crate) async fn run(cli: Cli) -> ExitCode {
     let code = match cli.command {
+        Command::Serve(args) => serve::serve(args).await,
         Command::Demo { masters, pairs } => demo::run(masters, pairs).await,
         Command::Acquire {
             nodes,
@@ -231,6 +252,17 @@ fn usage(message: &str) -> u8 {
     tracing::error!("{message}");
     EXIT_USAGE
 }
+
+const SERVE_HELP: &str = "\
+Try it with nothing configured (starts 3 local redis-server masters, stopped on exit):
+  redquorum serve --dev
+  curl -s -X POST localhost:7700/v1/locks/demo -d '{\"ttl_ms\": 30000}'
+
+Settings come from flags, else environment variables, else the --config TOML file, else
+defaults. The bearer token comes from REDQUORUM_AUTH_TOKEN, else --auth-token-file. Without
+a token the server only listens on loopback addresses, unless --allow-unauthenticated.
+SIGINT or SIGTERM: stop accepting, end sessions by releasing their locks, finish requests in
+flight, exit (and stop the --dev masters).";
 
 const RUN_HELP: &str = "\
 Example: serialise a nightly job across machines, waiting up to 5 minutes for the lock:

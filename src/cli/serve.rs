@@ -1,0 +1,195 @@
+//! `redquorum serve`: the HTTP coordinator, from flags, environment and config file.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use redquorum::dev::LocalNodes;
+use redquorum::server::{AppOptions, BearerToken};
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use super::{EXIT_OK, EXIT_SOFTWARE, NodeArgs, build, usage};
+
+/// Default address of the API.
+const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 7700);
+
+/// Arguments of `serve`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    nodes: NodeArgs,
+    /// Address of the API [default: 127.0.0.1:7700].
+    #[arg(long, env = "REDQUORUM_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Serve /metrics on this address instead of the API's.
+    #[arg(long, env = "REDQUORUM_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// File holding the bearer token clients must send (REDQUORUM_AUTH_TOKEN takes precedence).
+    #[arg(long, env = "REDQUORUM_AUTH_TOKEN_FILE")]
+    auth_token_file: Option<PathBuf>,
+    /// Serve on a non-loopback address without a bearer token.
+    #[arg(long, env = "REDQUORUM_ALLOW_UNAUTHENTICATED")]
+    allow_unauthenticated: bool,
+    /// Start local redis-server masters and use them (for trying redquorum out).
+    #[arg(long)]
+    dev: bool,
+    /// How many masters --dev starts.
+    #[arg(long, default_value_t = 3, requires = "dev")]
+    dev_nodes: usize,
+}
+
+pub(super) async fn serve(args: ServeArgs) -> u8 {
+    // The recorder must be in place before the client looks up its metric handles.
+    let metrics = redquorum::server::install_metrics();
+    let config = match args.nodes.config() {
+        Ok(c) => c,
+        Err(m) => return usage(&m),
+    };
+    let auth = match auth_token(
+        args.auth_token_file
+            .as_ref()
+            .or(config.auth_token_file.as_ref()),
+    ) {
+        Ok(token) => token,
+        Err(m) => return usage(&m),
+    };
+    let listen = args.listen.or(config.listen).unwrap_or(DEFAULT_LISTEN);
+    let open_ok = args.allow_unauthenticated || config.allow_unauthenticated == Some(true);
+    if auth.is_none() && !listen.ip().is_loopback() && !open_ok {
+        return usage(&format!(
+            "refusing to serve on {listen} without authentication: set REDQUORUM_AUTH_TOKEN or --auth-token-file, listen on a loopback address, or pass --allow-unauthenticated"
+        ));
+    }
+    let dev_nodes = if args.dev {
+        let count = args.dev_nodes;
+        match tokio::task::spawn_blocking(move || LocalNodes::start(count)).await {
+            Ok(Ok(nodes)) => Some(nodes),
+            Ok(Err(e)) => {
+                tracing::error!("--dev could not start local masters: {e}");
+                return EXIT_SOFTWARE;
+            }
+            Err(e) => {
+                tracing::error!("--dev could not start local masters: {e}");
+                return EXIT_SOFTWARE;
+            }
+        }
+    } else {
+        None
+    };
+    let builder = match &dev_nodes {
+        // Fresh masters that have never held a lock: nothing to quarantine them for.
+        Some(nodes) => Ok(redquorum::Client::builder()
+            .nodes(nodes.urls())
+            .quarantine(Duration::ZERO)),
+        None => args.nodes.builder(&config),
+    };
+    let client = match builder.map_err(|m| usage(&m)).and_then(build) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+
+    let listener = match TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!("cannot listen on {listen}: {e}");
+            return EXIT_SOFTWARE;
+        }
+    };
+    let metrics_listen = args.metrics_listen.or(config.metrics_listen);
+    let metrics_listener = match metrics_listen {
+        Some(addr) => match TcpListener::bind(addr).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::error!("cannot listen on {addr} for metrics: {e}");
+                return EXIT_SOFTWARE;
+            }
+        },
+        None => None,
+    };
+    if let Some(handle) = metrics.clone() {
+        // Histogram buckets are drained into their totals by upkeep; run it between scrapes.
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                handle.run_upkeep();
+            }
+        });
+    }
+
+    let sessions = CancellationToken::new();
+    let router = redquorum::server::app(
+        client.clone(),
+        AppOptions {
+            auth: auth.clone(),
+            metrics: if metrics_listener.is_none() {
+                metrics.clone()
+            } else {
+                None
+            },
+            shutdown: sessions.clone(),
+        },
+    );
+    let metrics_side = match (metrics_listener, metrics) {
+        (Some(l), Some(handle)) => Some((l, redquorum::server::metrics_router(handle))),
+        _ => None,
+    };
+    let addr = listener.local_addr().unwrap_or(listen);
+    tracing::info!(
+        nodes = ?client.nodes(),
+        quorum = client.quorum(),
+        auth = auth.is_some(),
+        "redquorum serving on http://{addr}"
+    );
+    if dev_nodes.is_some() {
+        tracing::info!(
+            "try: curl -s -X POST http://{addr}/v1/locks/demo -d '{{\"ttl_ms\": 30000}}'"
+        );
+    }
+    let shutdown = async {
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    let result = redquorum::server::serve(listener, router, metrics_side, sessions, shutdown).await;
+    // Stops the --dev masters.
+    drop(dev_nodes);
+    match result {
+        Ok(()) => {
+            tracing::info!("stopped");
+            EXIT_OK
+        }
+        Err(e) => {
+            tracing::error!("the server failed: {e}");
+            EXIT_SOFTWARE
+        }
+    }
+}
+
+/// The bearer token: REDQUORUM_AUTH_TOKEN, else the file's contents; `None` for none.
+fn auth_token(file: Option<&PathBuf>) -> Result<Option<BearerToken>, String> {
+    if let Ok(token) = std::env::var("REDQUORUM_AUTH_TOKEN") {
+        return BearerToken::new(&token)
+            .map(Some)
+            .ok_or_else(|| "REDQUORUM_AUTH_TOKEN is set but empty".to_owned());
+    }
+    let Some(path) = file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the auth token file {}: {e}", path.display()))?;
+    BearerToken::new(&text)
+        .map(Some)
+        .ok_or_else(|| format!("the auth token file {} is empty", path.display()))
+}

@@ -1,0 +1,91 @@
+//! The API's error responses: a status and a JSON body `{"error": code, "message": text}`.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use crate::Error;
+
+/// An error answer. `code` is stable (clients may match on it); `message` is for people.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: String,
+    message: String,
+    /// Extra fields merged into the body (which nodes hold a lock, say).
+    extra: Map<String, Value>,
+}
+
+impl ApiError {
+    pub(crate) fn new(
+        status: StatusCode,
+        code: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        ApiError {
+            status,
+            code: code.into(),
+            message: message.into(),
+            extra: Map::new(),
+        }
+    }
+
+    pub(crate) fn bad_request(code: &str, message: impl Into<String>) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    fn with(mut self, key: &str, value: Value) -> Self {
+        self.extra.insert(key.to_owned(), value);
+        self
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The stable error code.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        let message = error.to_string();
+        match error {
+            Error::InvalidArgument { field, .. } => ApiError::bad_request(&format!("invalid_{field}"), message),
+            Error::Contended { holders, total, .. } => ApiError::new(StatusCode::CONFLICT, "contended", message)
+                .with("holders", json!(holders.len()))
+                .with("nodes", json!(total)),
+            Error::NotHeld { .. } => ApiError::new(StatusCode::CONFLICT, "not_held", message),
+            Error::LockLost { .. } => ApiError::new(StatusCode::CONFLICT, "lock_lost", message),
+            Error::QuorumUnavailable {
+                failures, needed, total, ..
+            } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "quorum_unavailable", message)
+                .with("needed", json!(needed))
+                .with("nodes", json!(total))
+                .with(
+                    "failures",
+                    Value::Array(
+                        failures
+                            .iter()
+                            .map(|f| json!({"node": f.node, "kind": f.kind.as_str(), "message": f.kind.to_string()}))
+                            .collect(),
+                    ),
+                ),
+            Error::Timeout { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", message),
+            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = self.extra;
+        body.insert("error".to_owned(), Value::String(self.code));
+        body.insert("message".to_owned(), Value::String(self.message));
+        (self.status, Json(Value::Object(body))).into_response()
+    }
+}

@@ -1,0 +1,72 @@
+//! The Prometheus recorder and per-request metrics and logs, labelled by route template.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing::Instrument;
+
+/// Counter, labels `route` (the template, never a lock name), `method`, `status`.
+pub const HTTP_REQUESTS: &str = "redquorum_http_requests_total";
+/// Histogram, labels `route`, `method`: time to the response's head (a session's stream runs on).
+pub const HTTP_REQUEST_DURATION: &str = "redquorum_http_request_duration_seconds";
+/// Gauge: session streams open.
+pub const SESSIONS_OPEN: &str = "redquorum_sessions_open";
+
+/// Histogram buckets in seconds, from a tenth of a millisecond (loopback) to ten seconds (a
+/// long wait).
+const BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the Prometheus recorder as the process's global recorder (once; later calls return
+/// the same handle), or `None` when another recorder was installed first. Install it before
+/// building the [`Client`](crate::Client) whose metrics it should see.
+pub fn install() -> Option<PrometheusHandle> {
+    if let Some(handle) = HANDLE.get() {
+        return Some(handle.clone());
+    }
+    let builder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &BUCKETS)
+        .ok()?;
+    let handle = builder.install_recorder().ok()?;
+    crate::metrics::describe();
+    metrics::describe_counter!(
+        HTTP_REQUESTS,
+        "HTTP requests by route template, method and status"
+    );
+    metrics::describe_histogram!(
+        HTTP_REQUEST_DURATION,
+        metrics::Unit::Seconds,
+        "HTTP request latency"
+    );
+    metrics::describe_gauge!(SESSIONS_OPEN, "Session streams open");
+    Some(HANDLE.get_or_init(|| handle).clone())
+}
+
+/// Counts, times and logs every request, labelled by its route template.
+pub(crate) async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |m| m.as_str().to_owned());
+    let method = req.method().to_string();
+    let started = Instant::now();
+    let span = tracing::info_span!("request", method = %method, route = %route, status = tracing::field::Empty);
+    let response = next.run(req).instrument(span.clone()).await;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    span.record("status", status);
+    metrics::counter!(HTTP_REQUESTS, "route" => route.clone(), "method" => method.clone(), "status" => status.to_string())
+        .increment(1);
+    metrics::histogram!(HTTP_REQUEST_DURATION, "route" => route, "method" => method)
+        .record(elapsed.as_secs_f64());
+    tracing::info!(parent: &span, latency_ms = elapsed.as_secs_f64() * 1e3, "request");
+    response
+}

@@ -1,0 +1,144 @@
+//! The HTTP coordinator: the lock API over JSON, sessions held by a streaming response, health
+//! probes and Prometheus metrics. `app` builds the router (tests call it without a socket);
+//! `serve` runs it on listeners until a shutdown signal.
+//!
+//! The API is described in `docs/http-api.md`.
+
+mod auth;
+mod error;
+mod http_metrics;
+mod request;
+mod routes;
+mod session;
+
+use std::future::Future;
+
+use axum::Router;
+use axum::routing::{get, post};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use auth::BearerToken;
+pub use error::ApiError;
+pub use http_metrics::{
+    HTTP_REQUEST_DURATION, HTTP_REQUESTS, SESSIONS_OPEN, install as install_metrics,
+};
+pub use request::MAX_BODY_BYTES;
+pub use routes::{MAX_HTTP_WAIT, MAX_OWNER_BYTES};
+
+use crate::Client;
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    pub(crate) client: Client,
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// How the app is put together.
+#[derive(Clone, Debug, Default)]
+pub struct AppOptions {
+    /// Required on every `/v1` request when set.
+    pub auth: Option<BearerToken>,
+    /// Serves `GET /metrics` from this handle when set.
+    pub metrics: Option<PrometheusHandle>,
+    /// Cancelled when the server shuts down: sessions release their locks and end.
+    pub shutdown: CancellationToken,
+}
+
+/// The router: `/v1/locks/...` (behind the bearer token, if any), `/healthz`, `/readyz`, and
+/// `/metrics` when a handle is given.
+pub fn app(client: Client, options: AppOptions) -> Router {
+    let state = AppState {
+        client,
+        shutdown: options.shutdown,
+    };
+    let api = Router::new()
+        .route(
+            "/v1/locks/{name}",
+            post(routes::acquire).get(routes::inspect),
+        )
+        .route("/v1/locks/{name}/extend", post(routes::extend))
+        .route("/v1/locks/{name}/release", post(routes::release))
+        .route("/v1/locks/{name}/session", post(session::session))
+        .route_layer(axum::middleware::from_fn_with_state(
+            options.auth,
+            auth::require,
+        ));
+    let mut router = Router::new()
+        .merge(api)
+        .route("/healthz", get(routes::healthz))
+        .route("/readyz", get(routes::readyz));
+    if let Some(handle) = options.metrics {
+        router = router.merge(metrics_router(handle));
+    }
+    router
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .with_state(state)
+        .layer(axum::middleware::from_fn(http_metrics::track))
+}
+
+/// A router with only `GET /metrics`, for a separate metrics listener.
+pub fn metrics_router<S: Clone + Send + Sync + 'static>(handle: PrometheusHandle) -> Router<S> {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let handle = handle.clone();
+            async move {
+                handle.run_upkeep();
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
+                    handle.render(),
+                )
+            }
+        }),
+    )
+}
+
+/// Serves `router` (and `metrics`, on its own listener, if given) until `shutdown` resolves;
+/// then stops accepting, cancels `sessions` (which release their locks and end their
+/// streams), and waits for requests in flight.
+///
+/// # Errors
+///
+/// When a listener fails.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    metrics: Option<(TcpListener, Router)>,
+    sessions: CancellationToken,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let stop = CancellationToken::new();
+    let trigger = stop.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down: ending sessions and waiting for requests in flight");
+        sessions.cancel();
+        trigger.cancel();
+    });
+    let metrics_task = metrics.map(|(listener, router)| {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+        })
+    });
+    let result = axum::serve(listener, router)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    if let Some(task) = metrics_task {
+        match task.await {
+            Ok(Err(e)) => tracing::warn!("metrics listener failed: {e}"),
+            Err(e) => tracing::warn!("metrics listener task failed: {e}"),
+            Ok(Ok(())) => {}
+        }
+    }
+    result
+}

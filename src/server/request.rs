@@ -1,0 +1,95 @@
+//! Request bodies: size-limited JSON objects whose fields are checked one by one, so that each
+//! bad field gets its own stable error code and unknown fields are refused.
+
+use axum::extract::{FromRequest, Request};
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+
+/// Largest request body accepted, in bytes.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// A JSON object body. An empty body counts as `{}`.
+#[derive(Debug)]
+pub(crate) struct Fields(Map<String, Value>);
+
+impl<S: Send + Sync> FromRequest<S> for Fields {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
+        let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES)
+            .await
+            .map_err(|_| {
+                ApiError::new(
+                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+                )
+            })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Fields(Map::new()));
+        }
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) => Ok(Fields(map)),
+            Ok(_) => Err(ApiError::bad_request(
+                "invalid_json",
+                "the body must be a JSON object",
+            )),
+            Err(e) => Err(ApiError::bad_request(
+                "invalid_json",
+                format!("the body is not valid JSON: {e}"),
+            )),
+        }
+    }
+}
+
+impl Fields {
+    /// Refuses fields other than `allowed`.
+    pub(crate) fn only(self, allowed: &[&str]) -> Result<Self, ApiError> {
+        if let Some(unknown) = self.0.keys().find(|k| !allowed.contains(&k.as_str())) {
+            return Err(ApiError::bad_request(
+                "unknown_field",
+                format!(
+                    "unknown field {unknown:?}; expected one of: {}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        Ok(self)
+    }
+
+    /// A non-negative integer field; `code` names the error when it is anything else.
+    pub(crate) fn u64(&self, key: &str, code: &str) -> Result<Option<u64>, ApiError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| {
+                ApiError::bad_request(
+                    code,
+                    format!("{key} must be a whole number of milliseconds, not {n}"),
+                )
+            }),
+            Some(other) => Err(ApiError::bad_request(
+                code,
+                format!("{key} must be a whole number of milliseconds, not {other}"),
+            )),
+        }
+    }
+
+    /// A string field.
+    pub(crate) fn string(&self, key: &str, code: &str) -> Result<Option<String>, ApiError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(ApiError::bad_request(
+                code,
+                format!("{key} must be a string, not {other}"),
+            )),
+        }
+    }
+
+    /// A string field that must be there.
+    pub(crate) fn required_string(&self, key: &str, code: &str) -> Result<String, ApiError> {
+        self.string(key, code)?
+            .ok_or_else(|| ApiError::bad_request(code, format!("{key} is required")))
+    }
+}

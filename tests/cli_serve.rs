@@ -1,0 +1,149 @@
+//! `redquorum serve` as a user runs it: `--dev`, a curl-like client, SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Pids of the running children of `pid` named `name`.
+fn children(pid: u32, name: &str) -> Vec<u32> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-P", &pid.to_string(), name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_dev_serves_locks_and_cleans_up_its_masters_on_sigterm() {
+    let port = free_port();
+    let mut server = Command::new(BIN)
+        .args([
+            "serve",
+            "--dev",
+            "--dev-nodes",
+            "3",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = server.id().unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            http.get(format!("{base}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await,
+        "serve --dev did not come up"
+    );
+    let masters = children(pid, "redis-server");
+    assert_eq!(masters.len(), 3, "{masters:?}");
+
+    let lock: Value = http
+        .post(format!("{base}/v1/locks/demo"))
+        .json(&json!({"ttl_ms": 30_000}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = lock["token"].as_str().expect("a token");
+    let released = http
+        .post(format!("{base}/v1/locks/demo/release"))
+        .json(&json!({"token": token}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(released.status(), 200);
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("redquorum_acquire_duration_seconds"));
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), server.wait())
+        .await
+        .expect("exited")
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    for m in masters {
+        assert!(!alive(m), "redis-server {m} outlived serve --dev");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_a_public_address_without_auth() {
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--nodes",
+            "redis://127.0.0.1:1",
+            "--listen",
+            "0.0.0.0:0",
+        ])
+        .env_remove("REDQUORUM_AUTH_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("without authentication"), "{stderr}");
+    // An empty token is refused too, rather than taken for "no auth".
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--nodes",
+            "redis://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("REDQUORUM_AUTH_TOKEN", "  ")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}

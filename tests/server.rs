@@ -1,0 +1,699 @@
+//! The HTTP coordinator: through the router without a socket, and through a real socket,
+//! against real redis-server processes.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::needless_range_loop
+)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use redquorum::Client;
+use redquorum::dev::LocalNodes;
+use redquorum::server::{AppOptions, BearerToken};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+fn client(nodes: &LocalNodes) -> Client {
+    common::patient_client(nodes)
+}
+
+fn app(nodes: &LocalNodes, auth: Option<&str>) -> Router {
+    redquorum::server::app(
+        client(nodes),
+        AppOptions {
+            auth: auth.and_then(BearerToken::new),
+            ..AppOptions::default()
+        },
+    )
+}
+
+/// One request through the router, no socket: (status, JSON body).
+async fn call(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    body: impl Into<Body>,
+    token: Option<&str>,
+) -> (StatusCode, Value) {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let response = app
+        .clone()
+        .oneshot(req.body(body.into()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    };
+    (status, value)
+}
+
+async fn post(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
+    call(app, "POST", uri, body.to_string(), None).await
+}
+
+/// A server on a real loopback socket; cancelled (and awaited) by the returned token and handle.
+async fn spawn_server(
+    nodes: &LocalNodes,
+) -> (
+    SocketAddr,
+    CancellationToken,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let sessions = CancellationToken::new();
+    let router = redquorum::server::app(
+        client(nodes),
+        AppOptions {
+            shutdown: sessions.clone(),
+            ..AppOptions::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let task = tokio::spawn(redquorum::server::serve(
+        listener,
+        router,
+        None,
+        sessions,
+        async move {
+            stopped.cancelled().await;
+        },
+    ));
+    (addr, stop, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_extend_release_and_inspect_without_a_socket() {
+    let nodes = common::nodes(3);
+    let app = app(&nodes, None);
+    let (status, body) = post(
+        &app,
+        "/v1/locks/report",
+        json!({"ttl_ms": 10_000, "owner": "cron@web1"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let token = body["token"].as_str().unwrap().to_owned();
+    let fence = body["fence"].as_u64().unwrap();
+    assert_eq!(body["name"], "report");
+    assert_eq!(body["owner"], "cron@web1");
+    assert_eq!(body["ttl_ms"], 10_000);
+    assert!(body["validity_ms"].as_u64().unwrap() > 9_000);
+    assert!(body["expires_at"].as_str().unwrap().ends_with('Z'));
+    assert!(common::token_everywhere(&nodes, "report", &token).await);
+
+    let (status, info) = call(&app, "GET", "/v1/locks/report", Body::empty(), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(info["held"], true);
+    assert_eq!(info["nodes"].as_array().unwrap().len(), 3);
+    assert!(info["nodes"][0]["ttl_ms"].as_u64().unwrap() > 9_000);
+    assert!(
+        !info.to_string().contains(&token),
+        "inspect must never show the token"
+    );
+
+    let (status, body) = post(
+        &app,
+        "/v1/locks/report/extend",
+        json!({"token": token, "ttl_ms": 60_000}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body["fence"].as_u64(),
+        Some(fence),
+        "extending keeps the fencing token"
+    );
+    assert!(body.get("token").is_none());
+    assert!(
+        common::eventually(Duration::from_secs(2), || async {
+            common::pttl(&nodes, 2, "report").await > 50_000
+        })
+        .await
+    );
+
+    let (status, body) = post(&app, "/v1/locks/report/release", json!({"token": token})).await;
+    assert_eq!((status, &body["released"]), (StatusCode::OK, &json!(true)));
+    let (_, info) = call(&app, "GET", "/v1/locks/report", Body::empty(), None).await;
+    assert_eq!(info["held"], false);
+    // Names travel percent-encoded in the path, slashes and all.
+    let (status, body) = post(&app, "/v1/locks/deploy%2Fprod%20eu", json!({})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["name"], "deploy/prod eu");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_wrong_tokens_and_waits_over_a_socket() {
+    let nodes = common::nodes(3);
+    let (addr, stop, task) = spawn_server(&nodes).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("http://{addr}{p}");
+    let a: Value = http
+        .post(url("/v1/locks/shared"))
+        .json(&json!({"ttl_ms": 5_000}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = a["token"].as_str().unwrap().to_owned();
+    assert!(common::token_everywhere(&nodes, "shared", &token).await);
+    let pttl_before = common::pttl(&nodes, 0, "shared").await;
+
+    // A second client is refused at once, and after waiting.
+    let r = http
+        .post(url("/v1/locks/shared"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "contended");
+    assert!(body["holders"].as_u64().unwrap() >= 2);
+    let started = Instant::now();
+    let r = http
+        .post(url("/v1/locks/shared"))
+        .json(&json!({"wait_ms": 300}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "gave up before the wait ran out"
+    );
+
+    // Wrong tokens change nothing.
+    let r = http
+        .post(url("/v1/locks/shared/extend"))
+        .json(&json!({"token": "0".repeat(32), "ttl_ms": 60_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "not_held");
+    let r = http
+        .post(url("/v1/locks/shared/release"))
+        .json(&json!({"token": "0".repeat(32)}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "not_held");
+    for i in 0..3 {
+        assert_eq!(
+            common::stored_token(&nodes, i, "shared").await.as_deref(),
+            Some(token.as_str())
+        );
+    }
+    assert!(common::pttl(&nodes, 0, "shared").await <= pttl_before);
+
+    // Once released, a waiting client gets it.
+    let waiter = {
+        let http = http.clone();
+        let u = url("/v1/locks/shared");
+        tokio::spawn(async move {
+            http.post(u)
+                .json(&json!({"wait_ms": 5_000}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = http
+        .post(url("/v1/locks/shared/release"))
+        .json(&json!({"token": token}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(waiter.await.unwrap(), 200);
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_majority_down_is_503_and_readyz_recovers() {
+    let mut nodes = common::nodes(3);
+    let (addr, stop, task) = spawn_server(&nodes).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("http://{addr}{p}");
+    assert_eq!(http.get(url("/readyz")).send().await.unwrap().status(), 200);
+    nodes.kill(0).unwrap();
+    nodes.kill(1).unwrap();
+    let r = http
+        .post(url("/v1/locks/down"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "quorum_unavailable");
+    assert_eq!(body["failures"].as_array().unwrap().len(), 2);
+    let r = http.get(url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        (body["ready"].clone(), body["usable"].clone()),
+        (json!(false), json!(1))
+    );
+    assert_eq!(
+        http.get(url("/healthz")).send().await.unwrap().status(),
+        200,
+        "the process is still up"
+    );
+
+    nodes.restart(0).unwrap();
+    nodes.restart(1).unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            http.get(url("/readyz")).send().await.unwrap().status() == 200
+        })
+        .await
+    );
+    let r = http
+        .post(url("/v1/locks/down"))
+        .json(&json!({"wait_ms": 2_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
+    let nodes = common::nodes(3);
+    let app = app(&nodes, None);
+    // A lock held by someone, to check that wrong-token calls leave it alone.
+    let (_, held) = post(&app, "/v1/locks/held", json!({"ttl_ms": 30_000})).await;
+    let token = held["token"].as_str().unwrap().to_owned();
+    assert!(common::token_everywhere(&nodes, "held", &token).await);
+    let long_name = "n".repeat(600);
+    let huge_body = format!("{{\"owner\": \"{}\"}}", "x".repeat(20_000));
+    let cases: Vec<(&str, String, String, u16, &str)> = vec![
+        ("POST", "/v1/locks/".into(), "{}".into(), 404, "not_found"),
+        (
+            "POST",
+            format!("/v1/locks/{long_name}"),
+            "{}".into(),
+            400,
+            "invalid_name",
+        ),
+        (
+            "POST",
+            "/v1/locks/%FF%FE".into(),
+            "{}".into(),
+            400,
+            "invalid_name",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"ttl_ms": 0}"#.into(),
+            400,
+            "invalid_ttl",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"ttl_ms": 100000000000}"#.into(),
+            400,
+            "invalid_ttl",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"ttl_ms": "30s"}"#.into(),
+            400,
+            "invalid_ttl",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"ttl_ms": 1.5}"#.into(),
+            400,
+            "invalid_ttl",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"wait_ms": -1}"#.into(),
+            400,
+            "invalid_wait",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"wait_ms": "soon"}"#.into(),
+            400,
+            "invalid_wait",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"wait_ms": 86400000}"#.into(),
+            400,
+            "invalid_wait",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"owner": 7}"#.into(),
+            400,
+            "invalid_owner",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            format!(r#"{{"owner": "{}"}}"#, "o".repeat(200)),
+            400,
+            "invalid_owner",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"ttl_ms": 1000,"#.into(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            "[1, 2]".into(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"ttl": 1000}"#.into(),
+            400,
+            "unknown_field",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            huge_body,
+            413,
+            "body_too_large",
+        ),
+        (
+            "POST",
+            "/v1/locks/x/session".into(),
+            r#"{"ttl_ms": 5}"#.into(),
+            400,
+            "invalid_ttl",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/extend".into(),
+            "{}".into(),
+            400,
+            "invalid_token",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/extend".into(),
+            format!(r#"{{"token": "{}"}}"#, "t".repeat(200)),
+            400,
+            "invalid_token",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/extend".into(),
+            format!(r#"{{"token": "{token}", "ttl_ms": 0}}"#),
+            400,
+            "invalid_ttl",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/extend".into(),
+            r#"{"token": "wrong-token"}"#.into(),
+            409,
+            "not_held",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/release".into(),
+            r#"{"token": "wrong-token"}"#.into(),
+            409,
+            "not_held",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/release".into(),
+            r#"{"token": 12}"#.into(),
+            400,
+            "invalid_token",
+        ),
+        (
+            "PUT",
+            "/v1/locks/x".into(),
+            "{}".into(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "GET",
+            "/v2/anything".into(),
+            String::new(),
+            404,
+            "not_found",
+        ),
+    ];
+    for (method, uri, body, status, code) in &cases {
+        let (got, answer) = call(&app, method, uri, body.clone(), None).await;
+        assert_eq!(got.as_u16(), *status, "{method} {uri} {body:.60}: {answer}");
+        assert_eq!(
+            answer["error"], *code,
+            "{method} {uri} {body:.60}: {answer}"
+        );
+        assert!(
+            !answer["message"].as_str().unwrap_or("").is_empty(),
+            "{answer}"
+        );
+    }
+    // Nothing but the held lock exists; no other lock or fencing counter was written.
+    for i in 0..3 {
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut common::raw(&nodes, i).await)
+            .await
+            .unwrap();
+        keys.sort();
+        assert_eq!(
+            keys,
+            ["redquorum:fence:held", "redquorum:lock:held"],
+            "node {i}"
+        );
+        assert_eq!(
+            common::stored_token(&nodes, i, "held").await.as_deref(),
+            Some(token.as_str())
+        );
+        assert!(common::pttl(&nodes, i, "held").await <= 30_000);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bearer_token_guards_the_api_but_not_the_probes() {
+    let nodes = common::nodes(3);
+    let app = app(&nodes, Some("s3cret-token\n"));
+    for token in [
+        None,
+        Some("wrong"),
+        Some("s3cret-token-but-longer"),
+        Some(""),
+    ] {
+        let (status, body) = call(&app, "POST", "/v1/locks/x", "{}", token).await;
+        assert_eq!(
+            (status.as_u16(), body["error"].as_str()),
+            (401, Some("unauthorized")),
+            "{token:?}"
+        );
+    }
+    let (status, body) = call(&app, "GET", "/v1/locks/x", Body::empty(), None).await;
+    assert_eq!(
+        (status.as_u16(), body["error"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    assert_eq!(
+        common::lock_count(&nodes, 0).await,
+        0,
+        "refused requests touched nothing"
+    );
+    let (status, _) = call(&app, "POST", "/v1/locks/x", "{}", Some("s3cret-token")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(&app, "GET", "/healthz", Body::empty(), None).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = call(&app, "GET", "/readyz", Body::empty(), None).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// Reads NDJSON events from a streaming response until `stop` says so or `limit` passes.
+async fn read_events(
+    response: &mut reqwest::Response,
+    limit: Duration,
+    mut stop: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut pending = Vec::new();
+    let end = Instant::now() + limit;
+    while Instant::now() < end && !stop(&events) {
+        let Ok(chunk) = tokio::time::timeout_at(end.into(), response.chunk()).await else {
+            break;
+        };
+        let Some(chunk) = chunk.unwrap() else { break };
+        pending.extend_from_slice(&chunk);
+        while let Some(pos) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=pos).collect();
+            events.push(serde_json::from_slice(&line).unwrap());
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_holds_the_lock_until_the_client_disconnects() {
+    let nodes = common::nodes(3);
+    let (addr, stop, task) = spawn_server(&nodes).await;
+    let http = reqwest::Client::new();
+    let url = |p: &str| format!("http://{addr}{p}");
+    let mut stream = http
+        .post(url("/v1/locks/job/session"))
+        .json(&json!({"ttl_ms": 600}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "application/x-ndjson");
+    // Four TTLs: the server renews while we only read.
+    let events = read_events(&mut stream, Duration::from_millis(2_400), |_| false).await;
+    assert_eq!(events[0]["event"], "acquired");
+    let token = events[0]["token"].as_str().unwrap().to_owned();
+    let renewed = events.iter().filter(|e| e["event"] == "renewed").count();
+    assert!(renewed >= 5, "{events:?}");
+    let r = http
+        .post(url("/v1/locks/job"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        409,
+        "the session's lock is held across several TTLs"
+    );
+    assert!(common::token_everywhere(&nodes, "job", &token).await);
+
+    drop(stream);
+    let gone = Instant::now();
+    assert!(
+        common::eventually(Duration::from_millis(500), || async {
+            common::lock_count(&nodes, 0).await
+                + common::lock_count(&nodes, 1).await
+                + common::lock_count(&nodes, 2).await
+                == 0
+        })
+        .await,
+        "the lock was not released promptly after the client left"
+    );
+    assert!(gone.elapsed() < Duration::from_millis(600));
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_says_lost_when_a_majority_dies() {
+    let mut nodes = common::nodes(3);
+    let (addr, stop, task) = spawn_server(&nodes).await;
+    let http = reqwest::Client::new();
+    let mut stream = http
+        .post(format!("http://{addr}/v1/locks/fragile/session"))
+        .json(&json!({"ttl_ms": 600}))
+        .send()
+        .await
+        .unwrap();
+    let first = read_events(&mut stream, Duration::from_secs(2), |e| !e.is_empty()).await;
+    assert_eq!(first[0]["event"], "acquired");
+    nodes.kill(0).unwrap();
+    nodes.kill(1).unwrap();
+    let killed = Instant::now();
+    let events = read_events(&mut stream, Duration::from_secs(3), |e| {
+        e.iter().any(|e| e["event"] == "lost")
+    })
+    .await;
+    assert!(events.iter().any(|e| e["event"] == "lost"), "{events:?}");
+    assert!(
+        killed.elapsed() < Duration::from_millis(900),
+        "lost reported after {:?}",
+        killed.elapsed()
+    );
+    // The stream ends after the loss.
+    assert!(
+        read_events(&mut stream, Duration::from_secs(1), |_| false)
+            .await
+            .is_empty()
+    );
+    assert!(stream.chunk().await.unwrap().is_none());
+    stop.cancel();
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_sessions_by_releasing_their_locks() {
+    let nodes = common::nodes(3);
+    let (addr, stop, task) = spawn_server(&nodes).await;
+    let http = reqwest::Client::new();
+    let mut stream = http
+        .post(format!("http://{addr}/v1/locks/until-shutdown/session"))
+        .json(&json!({"ttl_ms": 30_000}))
+        .send()
+        .await
+        .unwrap();
+    let first = read_events(&mut stream, Duration::from_secs(2), |e| !e.is_empty()).await;
+    let token = first[0]["token"].as_str().unwrap().to_owned();
+    assert!(common::token_everywhere(&nodes, "until-shutdown", &token).await);
+    stop.cancel();
+    let events = read_events(&mut stream, Duration::from_secs(3), |_| false).await;
+    assert_eq!(events.last().unwrap()["event"], "released", "{events:?}");
+    tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("server stopped")
+        .unwrap()
+        .unwrap();
+    for i in 0..3 {
+        assert_eq!(
+            common::lock_count(&nodes, i).await,
+            0,
+            "node {i}: released before exit, not left to the TTL"
+        );
+    }
+}

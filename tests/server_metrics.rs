@@ -1,0 +1,183 @@
+//! `/metrics` after real traffic: the documented series, with values that match the traffic.
+//! In a file of its own because the Prometheus recorder is global to the process.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use axum::body::Body;
+use axum::http::Request;
+use http_body_util::BodyExt;
+use redquorum::server::AppOptions;
+use serde_json::json;
+use tower::ServiceExt;
+
+/// The value of the series whose line starts with `prefix` (name and labels).
+fn value(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_the_traffic() {
+    // The recorder goes in before the client is built, as the service does.
+    let handle = redquorum::server::install_metrics().expect("recorder installed");
+    let nodes = common::nodes(3);
+    let app = redquorum::server::app(
+        common::patient_client(&nodes),
+        AppOptions {
+            metrics: Some(handle),
+            ..AppOptions::default()
+        },
+    );
+    let send = |method: &str, uri: &str, body: String| {
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::from(body))
+            .unwrap();
+        let app = app.clone();
+        async move {
+            let r = app.oneshot(req).await.unwrap();
+            let status = r.status();
+            (status, r.into_body().collect().await.unwrap().to_bytes())
+        }
+    };
+    for i in 0..5 {
+        let (status, body) = send("POST", &format!("/v1/locks/m{i}"), "{}".into()).await;
+        assert_eq!(status, 200);
+        let token = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["token"].clone();
+        let (status, _) = send(
+            "POST",
+            &format!("/v1/locks/m{i}/release"),
+            json!({"token": token}).to_string(),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    let (held, _) = send("POST", "/v1/locks/busy", "{}".into()).await;
+    assert_eq!(held, 200);
+    let (refused, _) = send("POST", "/v1/locks/busy", "{}".into()).await;
+    assert_eq!(refused, 409);
+    let (bad, _) = send("POST", "/v1/locks/x", r#"{"ttl_ms": 0}"#.into()).await;
+    assert_eq!(bad, 400);
+
+    let (status, body) = send("GET", "/metrics", String::new()).await;
+    assert_eq!(status, 200);
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    let route = r#"route="/v1/locks/{name}",method="POST""#;
+    assert_eq!(
+        value(
+            &text,
+            &format!(r#"redquorum_http_requests_total{{{route},status="200"}}"#)
+        ),
+        Some(6.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!(r#"redquorum_http_requests_total{{{route},status="409"}}"#)
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!(r#"redquorum_http_requests_total{{{route},status="400"}}"#)
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"redquorum_http_requests_total{route="/v1/locks/{name}/release",method="POST",status="200"}"#
+        ),
+        Some(5.0)
+    );
+    // Latency histograms with sub-millisecond buckets; counts match the traffic.
+    assert!(
+        text.contains(
+            r#"redquorum_acquire_duration_seconds_bucket{outcome="acquired",le="0.0005"}"#
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"redquorum_acquire_duration_seconds_count{outcome="acquired"}"#
+        ),
+        Some(6.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"redquorum_acquire_duration_seconds_count{outcome="contended"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"redquorum_acquire_duration_seconds_count{outcome="invalid_argument"}"#
+        ),
+        Some(1.0)
+    );
+    let sum = value(
+        &text,
+        r#"redquorum_acquire_duration_seconds_sum{outcome="acquired"}"#,
+    )
+    .unwrap();
+    assert!(
+        sum > 0.0 && sum < 6.0,
+        "six loopback acquires took {sum}s in all"
+    );
+    for node in common::client(&nodes).nodes() {
+        let requests = value(
+            &text,
+            &format!(
+                r#"redquorum_node_request_duration_seconds_count{{node="{node}",operation="release"}}"#
+            ),
+        );
+        // Five releases reach every node; the refused acquire also releases on any node that
+        // had not said "held" when the vote was decided.
+        let requests = requests.unwrap();
+        assert!(
+            (5.0..=6.0).contains(&requests),
+            "{node}: {requests} releases"
+        );
+        assert_eq!(
+            value(&text, &format!(r#"redquorum_node_up{{node="{node}"}}"#)),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!(r#"redquorum_node_quarantined{{node="{node}"}}"#)
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!(r#"redquorum_node_durable{{node="{node}"}}"#)
+            ),
+            Some(0.0)
+        );
+    }
+    assert_eq!(
+        value(&text, r#"redquorum_releases_total{outcome="released"}"#),
+        Some(5.0)
+    );
+    assert_eq!(
+        value(&text, "redquorum_locks_held "),
+        Some(0.0),
+        "HTTP callers hold their locks, not the server"
+    );
+    assert!(text.contains("# TYPE redquorum_acquire_duration_seconds histogram"));
+    assert!(
+        !text.contains("m0") && !text.contains("busy"),
+        "lock names must never be labels"
+    );
+}
