@@ -11,6 +11,7 @@ use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 use crate::fanout::fan_out;
 use crate::node::{Node, NodeHealth, NodeSettings};
 use crate::quorum::{Decision, quorum};
+use crate::waiters::Waiters;
 
 /// A handle on N independent Redis masters; cheap to clone (all clones share the connections).
 ///
@@ -28,6 +29,7 @@ pub(crate) struct Inner {
     /// floor of its next proposal, so that one client's tokens keep rising even if the clock
     /// steps back.
     pub(crate) highest_fence: AtomicU64,
+    pub(crate) waiters: Waiters,
 }
 
 impl fmt::Debug for Client {
@@ -120,6 +122,7 @@ impl Client {
         Ok(Client {
             inner: Arc::new(Inner {
                 nodes,
+                waiters: Waiters::new(&builder.settings.key_prefix),
                 settings: builder.settings,
                 highest_fence: AtomicU64::new(0),
             }),

@@ -42,6 +42,7 @@
 //! - `lock`: acquire, extend, release and the [`Lock`] handle.
 //! - `guard`: background renewal, the holder's state and the lost-lock signal ([`LockGuard`]).
 //! - `client`: the [`Client`] and inspection of a lock.
+//! - `waiters`: waking waiters when a lock is released (pub/sub), with polling as the fallback.
 //! - [`fencing`]: the protected resource's side of fencing tokens.
 //! - [`metrics`]: the metric names the library records.
 //! - [`dev`]: local `redis-server` processes for development, tests and benchmarks.
@@ -60,6 +61,7 @@ mod node;
 pub mod quorum;
 #[cfg(feature = "server")]
 pub mod server;
+mod waiters;
 
 pub use client::{Client, LockInfo, NodeLockState};
 pub use config::{ClientBuilder, LockOptions};

@@ -11,7 +11,7 @@ use tracing::{Instrument, debug, debug_span};
 use crate::client::Client;
 use crate::config::{LockOptions, validate_token};
 use crate::error::{Error, NodeFailure, Operation, Result};
-use crate::fanout::{Answer, fan_out, vote};
+use crate::fanout::{Answer, send_and_detach, vote};
 use crate::metrics::HeldGauge;
 use crate::node::{AcquireReply, Node, ReleaseReply};
 use crate::quorum::{Decision, validity};
@@ -203,9 +203,18 @@ impl Client {
             let fence_key: Arc<str> = self.fence_key(name).into();
             let token: Arc<str> = new_token()?.into();
             let wait_until = started + wait;
+            let waiters = &self.inner.waiters;
+            if !wait.is_zero() {
+                // Subscribed before the first attempt, so that no release is missed.
+                waiters
+                    .subscribe(&self.inner, self.inner.settings.node_timeout)
+                    .await;
+            }
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
+                // In the queue before the attempt: a release during it wakes us right after.
+                let woken = (!wait.is_zero()).then(|| waiters.enqueue(name));
                 let error = match self
                     .attempt(name, &key, &fence_key, &token, opts)
                     .instrument(debug_span!("attempt", attempt))
@@ -230,7 +239,15 @@ impl Client {
                 }
                 let delay = retry_delay(opts).min(wait_until - now);
                 debug!(attempt, error = %error, delay = ?delay, "attempt failed; retrying");
-                tokio::time::sleep(delay).await;
+                match woken {
+                    // A release wakes one waiter at once; the delay is the fallback for lost
+                    // messages and masters whose subscription is down.
+                    Some(woken) => tokio::select! {
+                        Ok(()) = woken => debug!("woken by a release"),
+                        () = tokio::time::sleep(delay) => {}
+                    },
+                    None => tokio::time::sleep(delay).await,
+                }
             }
         }
         .instrument(debug_span!("acquire", lock = %name))
@@ -354,10 +371,10 @@ impl Client {
             break (error, answers);
         };
         // A node that answered "held by another" has nothing of ours; every other node may.
-        self.release_where(key, token, |i| {
+        // No need to wait: the next attempt queues behind these on every connection.
+        self.release_in_background(key, token, |i| {
             !matches!(answers[i], Some(Ok(AcquireReply::Held(_))))
-        })
-        .await;
+        });
         cleanup.armed = false;
         Err(error)
     }
@@ -484,10 +501,28 @@ impl Client {
         token: &Arc<str>,
     ) -> Result<()> {
         let nodes = &self.inner.nodes;
-        let answers = self
-            .release_where(key, token, |_| true)
-            .instrument(debug_span!("release", lock = %name))
-            .await;
+        let quorum = self.quorum();
+        let channel: Arc<str> = self.inner.waiters.channel(name).into();
+        let deadline = Instant::now() + self.inner.settings.node_timeout;
+        // Done as soon as a quorum no longer has the lock; the other nodes finish in the
+        // background.
+        let (_, answers) = vote(
+            nodes,
+            Operation::Release,
+            deadline,
+            |i| {
+                let (inner, key, token, channel) = (
+                    self.inner.clone(),
+                    key.clone(),
+                    token.clone(),
+                    channel.clone(),
+                );
+                async move { inner.nodes[i].release(&key, &token, &channel).await }
+            },
+            |reply| matches!(reply, ReleaseReply::Deleted | ReleaseReply::Absent),
+        )
+        .instrument(debug_span!("release", lock = %name))
+        .await;
         let count = |reply: ReleaseReply| {
             answers
                 .iter()
@@ -499,9 +534,9 @@ impl Client {
             count(ReleaseReply::Absent),
             count(ReleaseReply::Foreign),
         );
-        if deleted + absent + foreign < self.quorum() {
-            crate::metrics::release("unavailable");
-            return Err(self.unavailable(Operation::Release, name, failures(nodes, &answers)));
+        if deleted + absent >= quorum || (deleted > 0 && deleted + absent + foreign >= quorum) {
+            crate::metrics::release("released");
+            return Ok(());
         }
         if deleted == 0 && foreign > 0 {
             crate::metrics::release("not_held");
@@ -509,51 +544,38 @@ impl Client {
                 name: name.to_owned(),
             });
         }
-        crate::metrics::release("released");
-        Ok(())
+        crate::metrics::release("unavailable");
+        Err(self.unavailable(Operation::Release, name, failures(nodes, &answers)))
     }
 
-    /// Compare-and-delete on the nodes `which` selects, waiting for all of them (or the
-    /// per-node deadline). Unselected nodes answer `None`.
-    async fn release_where(
+    /// Compare-and-delete of an attempt's grants on the nodes `which` selects, without waiting
+    /// for the answers: the commands are queued on each node's connection before this returns,
+    /// so they run before anything sent after (the next attempt), and are awaited in the
+    /// background. Waiters are not woken: the lock was never held.
+    fn release_in_background(
         &self,
         key: &Arc<str>,
         token: &Arc<str>,
         which: impl Fn(usize) -> bool,
-    ) -> Vec<Option<Answer<ReleaseReply>>> {
-        let nodes = &self.inner.nodes;
+    ) {
         let deadline = Instant::now() + self.inner.settings.node_timeout;
-        // Unselected nodes are answered at once with `None`, which is never counted.
-        let answers = fan_out(
-            nodes,
-            Operation::Release,
-            deadline,
-            |i| {
-                let selected = which(i);
-                let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
-                async move {
-                    if selected {
-                        inner.nodes[i].release(&key, &token).await.map(Some)
-                    } else {
-                        Ok(None)
-                    }
+        let channel: Arc<str> = "".into();
+        let selected: Vec<bool> = (0..self.inner.nodes.len()).map(which).collect();
+        send_and_detach(self.inner.nodes.len(), deadline, |i| {
+            let (inner, key, token, channel) = (
+                self.inner.clone(),
+                key.clone(),
+                token.clone(),
+                channel.clone(),
+            );
+            let selected = selected[i];
+            async move {
+                if selected {
+                    let answer = inner.nodes[i].release(&key, &token, &channel).await;
+                    debug!(node = inner.nodes[i].addr(), answer = ?answer, "release");
                 }
-            },
-            |i, answer| {
-                debug!(node = nodes[i].addr(), answer = ?answer, "release");
-                Decision::Pending
-            },
-        )
-        .await;
-        answers
-            .into_iter()
-            .map(|a| match a {
-                Some(Ok(None)) => None,
-                Some(Ok(Some(reply))) => Some(Ok(reply)),
-                Some(Err(e)) => Some(Err(e)),
-                None => None,
-            })
-            .collect()
+            }
+        });
     }
 }
 
@@ -570,15 +592,10 @@ impl Drop for ReleaseOnDrop<'_> {
         if !self.armed {
             return;
         }
-        // Without a runtime the grants simply expire at their TTL.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let client = self.client.clone();
-            let key = self.key.clone();
-            let token = self.token.clone();
-            runtime.spawn(async move {
-                client.release_where(&key, &token, |_| true).await;
-            });
-        }
+        // Without a runtime the answers are not awaited, and grants not reached expire at
+        // their TTL.
+        self.client
+            .release_in_background(self.key, self.token, |_| true);
     }
 }
 

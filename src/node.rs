@@ -189,6 +189,11 @@ impl Node {
         &self.addr
     }
 
+    /// The redis-rs client, for connections of other kinds (the release subscription).
+    pub(crate) fn redis_client(&self) -> &redis::Client {
+        &self.client
+    }
+
     /// Records a call that the caller gave up on at its deadline.
     pub(crate) fn record_timeout(&self, op: Operation) {
         self.metrics.failure(op, NodeFailureKind::Timeout.as_str());
@@ -460,16 +465,17 @@ impl Node {
         }
     }
 
-    /// Asks the node to delete the lock if `token` holds it. Counted from every node,
-    /// quarantined or not: a release only ever removes.
+    /// Asks the node to delete the lock if `token` holds it, and to announce the release on
+    /// `channel`. Counted from every node, quarantined or not: a release only ever removes.
     pub(crate) async fn release(
         &self,
         key: &str,
         token: &str,
+        channel: &str,
     ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
         let value = self
             .eval(Operation::Release, &SCRIPTS.release, &[key], |c| {
-                c.arg(token);
+                c.arg(token).arg(channel);
             })
             .await?;
         match value {

@@ -123,6 +123,8 @@ async fn invalid_inputs_touch_no_node() {
 
         // A lock taken with a valid name can't be extended with a bad TTL.
         let mut lock = client.try_acquire("fine", &ok).await.unwrap();
+        // The acquire returns at a quorum; let node 0's part arrive before counting.
+        assert!(common::token_everywhere(&nodes, "fine", lock.token()).await);
         let (_, commands_after_acquire) = touched(&mut conns[0]).await;
         expect_invalid(lock.extend(Duration::ZERO).await, "ttl");
         expect_invalid(lock.extend(limits::MAX_TTL * 2).await, "ttl");
