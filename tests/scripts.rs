@@ -79,7 +79,9 @@ async fn script_flush_on_every_node_is_survived() {
             .try_acquire("flushed", &common::opts(5_000))
             .await
             .expect("acquire after SCRIPT FLUSH");
-        assert!(common::token_everywhere(&nodes, "flushed", lock.token()).await);
+        // A quorum, not every node: a release that was still finishing in the background
+        // when the cache was flushed may reach a straggler only after this acquire's retry.
+        assert!(common::token_on_quorum(&nodes, "flushed", lock.token()).await);
         for i in 0..n {
             let _: () = redis::cmd("SCRIPT")
                 .arg("FLUSH")
@@ -92,7 +94,12 @@ async fn script_flush_on_every_node_is_survived() {
             .expect("extend after SCRIPT FLUSH");
         lock.release().await.expect("release after SCRIPT FLUSH");
         for i in 0..n {
-            assert_eq!(common::lock_count(&nodes, i).await, 0);
+            assert!(
+                common::eventually(std::time::Duration::from_secs(2), || async {
+                    common::lock_count(&nodes, i).await == 0
+                })
+                .await
+            );
         }
     }
 }

@@ -130,3 +130,17 @@ pub fn patient_client(nodes: &LocalNodes) -> Client {
         .build()
         .expect("build client")
 }
+
+/// Waits (up to 2 s) until at least a quorum of nodes stores `token` for `name`.
+pub async fn token_on_quorum(nodes: &LocalNodes, name: &str, token: &str) -> bool {
+    eventually(Duration::from_secs(2), || async {
+        let mut holding = 0;
+        for i in 0..nodes.len() {
+            if stored_token(nodes, i, name).await.as_deref() == Some(token) {
+                holding += 1;
+            }
+        }
+        holding > nodes.len() / 2
+    })
+    .await
+}
