@@ -47,7 +47,10 @@
 //! - [`metrics`]: the metric names the library records.
 //! - [`dev`]: local `redis-server` processes for development, tests and benchmarks.
 //! - `server` (feature `server`, on by default): the HTTP coordinator behind `redquorum serve`.
+//! - `bench` (feature `server`): the benchmark behind `redquorum bench`.
 
+#[cfg(feature = "server")]
+pub mod bench;
 mod client;
 pub mod config;
 pub mod dev;

@@ -22,6 +22,9 @@ const TOKEN_BYTES: usize = 16;
 /// Fencing tokens stay below 2^53: Lua numbers on the nodes are doubles.
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
 
+/// How widely retries after a split vote are spread (uniformly from zero).
+const SPLIT_RETRY_SPREAD: Duration = Duration::from_millis(2);
+
 /// Stale proposals answered at once before an attempt counts as failed.
 const MAX_PROPOSAL_ROUNDS: u32 = 4;
 
@@ -215,7 +218,7 @@ impl Client {
                 attempt += 1;
                 // In the queue before the attempt: a release during it wakes us right after.
                 let woken = (!wait.is_zero()).then(|| waiters.enqueue(name));
-                let error = match self
+                let Refused { error, split } = match self
                     .attempt(name, &key, &fence_key, &token, opts)
                     .instrument(debug_span!("attempt", attempt))
                     .await
@@ -236,6 +239,19 @@ impl Client {
                 let now = Instant::now();
                 if now >= wait_until {
                     return Err(error);
+                }
+                if split {
+                    // Nobody won: contenders woken together split the votes. Spread the
+                    // retries over a short window so that the earliest takes the lock before
+                    // the next arrives, instead of all falling back to the retry delay.
+                    let spread = u64::try_from(SPLIT_RETRY_SPREAD.as_micros())
+                        .unwrap_or(1)
+                        .max(1);
+                    let delay =
+                        Duration::from_micros(rand::random_range(0..spread)).min(wait_until - now);
+                    debug!(attempt, delay = ?delay, "split vote; retrying soon");
+                    tokio::time::sleep(delay).await;
+                    continue;
                 }
                 let delay = retry_delay(opts).min(wait_until - now);
                 debug!(attempt, error = %error, delay = ?delay, "attempt failed; retrying");
@@ -274,7 +290,7 @@ impl Client {
         fence_key: &Arc<str>,
         token: &Arc<str>,
         opts: &LockOptions,
-    ) -> Result<(Instant, u64)> {
+    ) -> Result<(Instant, u64), Refused> {
         let settings = &self.inner.settings;
         let nodes = &self.inner.nodes;
         let ttl = opts.get_ttl();
@@ -285,7 +301,11 @@ impl Client {
             token,
             armed: true,
         };
-        let mut proposal = self.propose(0)?;
+        let refused = |error| Refused {
+            error,
+            split: false,
+        };
+        let mut proposal = self.propose(0).map_err(refused)?;
         let mut round = 0;
         let (error, answers) = loop {
             round += 1;
@@ -338,7 +358,7 @@ impl Client {
                     }
                 }
             }
-            let holders = addrs_where(nodes, &answers, |a| matches!(a, Ok(AcquireReply::Held(_))));
+            let holders = addrs_where(nodes, &answers, |a| matches!(a, Ok(AcquireReply::Held(..))));
             let stale = answers
                 .iter()
                 .filter_map(|a| match a {
@@ -354,7 +374,7 @@ impl Client {
                     counter, "proposal was stale; proposing higher at once"
                 );
                 self.note_fence(counter);
-                proposal = self.propose(counter)?;
+                proposal = self.propose(counter).map_err(refused)?;
                 continue;
             }
             let failures = failures(nodes, &answers);
@@ -370,13 +390,14 @@ impl Client {
             };
             break (error, answers);
         };
+        let split = is_split(&answers, self.quorum());
         // A node that answered "held by another" has nothing of ours; every other node may.
         // No need to wait: the next attempt queues behind these on every connection.
         self.release_in_background(key, token, |i| {
-            !matches!(answers[i], Some(Ok(AcquireReply::Held(_))))
+            !matches!(answers[i], Some(Ok(AcquireReply::Held(..))))
         });
         cleanup.armed = false;
-        Err(error)
+        Err(Refused { error, split })
     }
 
     /// A fencing token to propose: above `floor`, above every token this client has seen, and
@@ -599,6 +620,29 @@ impl Drop for ReleaseOnDrop<'_> {
     }
 }
 
+/// Why an attempt failed, and whether it was a split vote.
+struct Refused {
+    error: Error,
+    /// Other holders answered, but no one holder on a quorum of the nodes that answered:
+    /// contenders arrived together and split the votes (or the answers were too few to tell).
+    split: bool,
+}
+
+/// Whether refusals came from several holders (told apart by their fencing tokens), none of
+/// them on a quorum of the answers.
+fn is_split(answers: &[Option<Answer<AcquireReply>>], quorum: usize) -> bool {
+    let mut holders: Vec<(u64, usize)> = Vec::new();
+    for answer in answers {
+        if let Some(Ok(AcquireReply::Held(_, fence))) = answer {
+            match holders.iter_mut().find(|(f, _)| f == fence) {
+                Some((_, n)) => *n += 1,
+                None => holders.push((*fence, 1)),
+            }
+        }
+    }
+    !holders.is_empty() && holders.iter().all(|(_, n)| *n < quorum)
+}
+
 /// The addresses of the nodes whose answer matches.
 fn addrs_where<T>(
     nodes: &[Node],
@@ -656,6 +700,24 @@ fn retry_delay(opts: &LockOptions) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn split_votes_are_told_from_one_holder() {
+        let held = |f| Some(Ok(AcquireReply::Held(None, f)));
+        let granted = Some(Ok(AcquireReply::Granted(9)));
+        // One holder on three of five: held, not split.
+        assert!(!is_split(&[held(1), held(1), held(1), None, None], 3));
+        // Two holders and our own grant, nobody on three: split.
+        assert!(is_split(
+            &[held(1), held(2), held(1), granted.clone(), held(2)],
+            3
+        ));
+        // No refusal from a holder at all (failures): not a split.
+        assert!(!is_split(
+            &[granted, Some(Err(crate::NodeFailureKind::Timeout)), None],
+            2
+        ));
+    }
 
     #[test]
     fn tokens_are_128_bit_hex_and_distinct() {

@@ -8,7 +8,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
-    cli::init_tracing(args.log_format);
+    cli::init_tracing(args.log_format, args.default_log_level());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

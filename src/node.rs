@@ -63,8 +63,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 pub(crate) enum AcquireReply {
     /// Granted with this fencing token.
     Granted(u64),
-    /// Held by another token, which expires in this long (if the node said).
-    Held(Option<Duration>),
+    /// Held by another token, which expires in this long (if the node said), and whose
+    /// acquisition has this fencing token.
+    Held(Option<Duration>, u64),
     /// The proposed fencing token is not above the node's counter, which is this.
     Stale(u64),
 }
@@ -426,9 +427,10 @@ impl Node {
         let reply = match value {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1), Value::Int(fence)] => AcquireReply::Granted(non_negative(*fence)),
-                [Value::Int(0), Value::Int(pttl)] => {
-                    AcquireReply::Held(u64::try_from(*pttl).ok().map(Duration::from_millis))
-                }
+                [Value::Int(0), Value::Int(pttl), Value::Int(holder)] => AcquireReply::Held(
+                    u64::try_from(*pttl).ok().map(Duration::from_millis),
+                    non_negative(*holder),
+                ),
                 [Value::Int(2), Value::Int(counter)] => AcquireReply::Stale(non_negative(*counter)),
                 _ => return Err(unexpected("acquire", &items)),
             },

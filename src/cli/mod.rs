@@ -1,6 +1,7 @@
 //! Command-line interface: the subcommands, their arguments, and their exit codes.
 #![allow(clippy::print_stdout)]
 
+mod bench;
 mod config;
 mod demo;
 mod run;
@@ -136,6 +137,28 @@ enum Command {
         #[arg(long, default_value_t = 5000)]
         pairs: u32,
     },
+    /// Measure: round-trip floor, uncontended latency (N=3, N=5), 64-task throughput,
+    /// contended handoff and the HTTP service, each next to its ratio to the floor.
+    Bench {
+        /// Masters to use (comma-separated); by default five local redis-server masters are
+        /// started (and stopped afterwards).
+        #[arg(
+            long,
+            env = "REDQUORUM_BENCH_NODES",
+            value_delimiter = ',',
+            hide_env_values = true
+        )]
+        nodes: Vec<String>,
+        /// Sequential pairs per uncontended figure.
+        #[arg(long, default_value_t = 3000)]
+        pairs: usize,
+        /// Seconds each of the throughput and handoff figures runs.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+        /// Where to write the JSON lines.
+        #[arg(long, default_value = "target/bench/bench.jsonl")]
+        json: std::path::PathBuf,
+    },
     /// Take a lock and print its token; it stays held until its TTL (or `release`).
     Acquire {
         #[command(flatten)]
@@ -198,9 +221,20 @@ enum Command {
     },
 }
 
-pub(crate) fn init_tracing(format: LogFormat) {
+impl Cli {
+    /// The log level when RUST_LOG does not say: the measuring commands keep quiet, because
+    /// per-request logs would be measured too.
+    pub(crate) fn default_log_level(&self) -> &'static str {
+        match self.command {
+            Command::Bench { .. } | Command::Demo { .. } => "error",
+            _ => "info",
+        }
+    }
+}
+
+pub(crate) fn init_tracing(format: LogFormat, default_level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -216,6 +250,21 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
     let code = match cli.command {
         Command::Serve(args) => serve::serve(args).await,
         Command::Demo { masters, pairs } => demo::run(masters, pairs).await,
+        Command::Bench {
+            nodes,
+            pairs,
+            seconds,
+            json,
+        } => {
+            let opts = redquorum::bench::BenchOptions {
+                nodes,
+                pairs,
+                throughput_for: Duration::from_secs(seconds),
+                handoff_for: Duration::from_secs(seconds),
+                ..redquorum::bench::BenchOptions::default()
+            };
+            bench::run(opts, json).await
+        }
         Command::Acquire {
             nodes,
             lock,

@@ -1,0 +1,531 @@
+//! The benchmark behind `redquorum bench`: latency and throughput of the lock, each next to the
+//! round trip of one Redis command measured in the same run.
+//!
+//! Every figure is measured on real masters (started locally, or given). Every benchmark also
+//! checks mutual exclusion, and reports the violations it saw (there must be none).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::dev::LocalNodes;
+use crate::{Client, Error, LockOptions};
+
+/// What to measure, and for how long.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Masters to use; empty: start five local ones.
+    pub nodes: Vec<String>,
+    /// Sequential pairs (and round trips for the floor) per uncontended figure.
+    pub pairs: usize,
+    /// Concurrent tasks for the throughput figure.
+    pub tasks: usize,
+    /// How long the throughput figure runs.
+    pub throughput_for: Duration,
+    /// Workers contending for one name in the handoff figure.
+    pub workers: usize,
+    /// Critical section of each handoff worker.
+    pub critical_section: Duration,
+    /// How long the handoff figure runs.
+    pub handoff_for: Duration,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            nodes: Vec::new(),
+            pairs: 3000,
+            tasks: 64,
+            throughput_for: Duration::from_secs(3),
+            workers: 8,
+            critical_section: Duration::from_millis(1),
+            handoff_for: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One measured figure.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// What was measured, e.g. `uncontended N=5 acquire p50`.
+    pub name: String,
+    /// The value, in `unit`.
+    pub value: f64,
+    /// `µs`, `pairs/s`, `sections/s`, `share`, `count`.
+    pub unit: &'static str,
+    /// For latencies: value ÷ the floor round trip. For rates: value ÷ the floor's rate (one
+    /// round trip after another). `None` where a ratio means nothing (fairness, counts).
+    pub ratio: Option<f64>,
+}
+
+impl Figure {
+    /// The figure as one JSON object (a line of the JSON-lines output).
+    pub fn to_json(&self) -> Value {
+        json!({"name": self.name, "value": self.value, "unit": self.unit, "ratio_to_floor": self.ratio})
+    }
+}
+
+/// Collects figures against a floor.
+struct Report {
+    floor_us: f64,
+    figures: Vec<Figure>,
+}
+
+impl Report {
+    fn latency(&mut self, name: impl Into<String>, us: f64) {
+        let ratio = Some(us / self.floor_us);
+        self.figures.push(Figure {
+            name: name.into(),
+            value: us,
+            unit: "µs",
+            ratio,
+        });
+    }
+
+    fn rate(&mut self, name: impl Into<String>, per_second: f64, unit: &'static str) {
+        let ratio = Some(per_second * self.floor_us / 1e6);
+        self.figures.push(Figure {
+            name: name.into(),
+            value: per_second,
+            unit,
+            ratio,
+        });
+    }
+
+    fn plain(&mut self, name: impl Into<String>, value: f64, unit: &'static str) {
+        self.figures.push(Figure {
+            name: name.into(),
+            value,
+            unit,
+            ratio: None,
+        });
+    }
+}
+
+/// Runs every benchmark and returns the figures, floor first.
+///
+/// # Errors
+///
+/// When local masters cannot be started, or a lock operation fails where none may (the masters
+/// are up and nothing else uses them).
+pub async fn run(
+    opts: &BenchOptions,
+) -> Result<Vec<Figure>, Box<dyn std::error::Error + Send + Sync>> {
+    let local = if opts.nodes.is_empty() {
+        Some(tokio::task::spawn_blocking(|| LocalNodes::start(5)).await??)
+    } else {
+        None
+    };
+    let urls = match &local {
+        Some(nodes) => nodes.urls(),
+        None => opts.nodes.clone(),
+    };
+    let floor_us = floor(&urls[0], opts.pairs).await?;
+    let mut report = Report {
+        floor_us,
+        figures: Vec::new(),
+    };
+    report.latency("floor: one SET round trip on one master, p50", floor_us);
+
+    let five = client(&urls)?;
+    // N = 3 (the first three masters) and N = all of them.
+    let mut sizes = vec![3.min(urls.len()), urls.len()];
+    sizes.dedup();
+    for n in sizes {
+        let c = client(&urls[..n])?;
+        let u = uncontended(&c, opts.pairs).await?;
+        report.rate(
+            format!("uncontended N={n}: acquire+release pairs"),
+            u.pairs_per_second,
+            "pairs/s",
+        );
+        report.latency(format!("uncontended N={n}: acquire p50"), u.acquire_p50_us);
+        report.latency(format!("uncontended N={n}: acquire p99"), u.acquire_p99_us);
+        report.latency(format!("uncontended N={n}: release p50"), u.release_p50_us);
+        report.plain(
+            format!("uncontended N={n}: failed operations"),
+            u.failed as f64,
+            "count",
+        );
+    }
+
+    let t = throughput(&five, opts.tasks, opts.throughput_for).await?;
+    report.rate(
+        format!(
+            "throughput N={}: {} tasks, distinct names",
+            urls.len(),
+            opts.tasks
+        ),
+        t.pairs_per_second,
+        "pairs/s",
+    );
+    report.plain(
+        format!("throughput N={}: failed operations", urls.len()),
+        t.failed as f64,
+        "count",
+    );
+    let mut violations = t.violations;
+
+    let h = handoff(&urls, opts.workers, opts.critical_section, opts.handoff_for).await?;
+    let label = format!(
+        "contended N={}: {} workers, one name, {:?} sections",
+        urls.len(),
+        opts.workers,
+        opts.critical_section
+    );
+    report.rate(
+        format!("{label}: critical sections"),
+        h.sections_per_second,
+        "sections/s",
+    );
+    report.latency(format!("{label}: handoff p50"), h.handoff_p50_us);
+    report.latency(format!("{label}: handoff p99"), h.handoff_p99_us);
+    report.plain(
+        format!("{label}: fairness min/max share"),
+        h.fairness,
+        "share",
+    );
+    violations += h.violations;
+
+    let http = http(&five, opts.pairs.min(2000)).await?;
+    report.rate(
+        format!(
+            "HTTP serve N={}: acquire+release pairs (keep-alive)",
+            urls.len()
+        ),
+        http.pairs_per_second,
+        "pairs/s",
+    );
+    report.latency(
+        format!("HTTP serve N={}: acquire p50", urls.len()),
+        http.acquire_p50_us,
+    );
+    report.latency(
+        format!("HTTP serve N={}: acquire p99", urls.len()),
+        http.acquire_p99_us,
+    );
+
+    report.plain(
+        "mutual-exclusion violations (all benchmarks)",
+        violations as f64,
+        "count",
+    );
+    drop(local);
+    Ok(report.figures)
+}
+
+fn client(urls: &[String]) -> Result<Client, Error> {
+    // Fresh local masters have never held a lock: no reason to quarantine them.
+    Client::builder()
+        .nodes(urls.iter().cloned())
+        .quarantine(Duration::ZERO)
+        .build()
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    samples.sort_unstable();
+    let i = ((samples.len() - 1) as f64 * p).round() as usize;
+    samples[i].as_secs_f64() * 1e6
+}
+
+/// p50 of one unpipelined SET from a single client, in µs.
+async fn floor(url: &str, rounds: usize) -> Result<f64, redis::RedisError> {
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut samples = Vec::with_capacity(rounds);
+    for i in 0..rounds + 200 {
+        let started = Instant::now();
+        let () = redis::cmd("SET")
+            .arg("redquorum-bench:floor")
+            .arg(i)
+            .query_async(&mut conn)
+            .await?;
+        if i >= 200 {
+            samples.push(started.elapsed());
+        }
+    }
+    Ok(percentile(&mut samples, 0.5))
+}
+
+struct Uncontended {
+    failed: u64,
+    pairs_per_second: f64,
+    acquire_p50_us: f64,
+    acquire_p99_us: f64,
+    release_p50_us: f64,
+}
+
+async fn uncontended(client: &Client, pairs: usize) -> Result<Uncontended, Error> {
+    let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::ZERO);
+    for i in 0..200 {
+        client
+            .acquire(&format!("bench-warm-{i}"), &opts)
+            .await?
+            .release()
+            .await?;
+    }
+    let mut acquires = Vec::with_capacity(pairs);
+    let mut releases = Vec::with_capacity(pairs);
+    let mut failed = 0;
+    let started = Instant::now();
+    for i in 0..pairs {
+        let t = Instant::now();
+        // A stall of the machine longer than the per-node deadline fails an attempt; count it
+        // rather than stop.
+        let Ok(lock) = client.acquire(&format!("bench-seq-{i}"), &opts).await else {
+            failed += 1;
+            continue;
+        };
+        acquires.push(t.elapsed());
+        let t = Instant::now();
+        if lock.release().await.is_err() {
+            failed += 1;
+        }
+        releases.push(t.elapsed());
+    }
+    let took = started.elapsed();
+    Ok(Uncontended {
+        failed,
+        pairs_per_second: acquires.len() as f64 / took.as_secs_f64(),
+        acquire_p50_us: percentile(&mut acquires, 0.5),
+        acquire_p99_us: percentile(&mut acquires, 0.99),
+        release_p50_us: percentile(&mut releases, 0.5),
+    })
+}
+
+struct Throughput {
+    failed: u64,
+    pairs_per_second: f64,
+    violations: u64,
+}
+
+async fn throughput(client: &Client, tasks: usize, run_for: Duration) -> Result<Throughput, Error> {
+    let held: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let violations = Arc::new(AtomicU64::new(0));
+    let pairs = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let end = started + run_for;
+    let mut handles = Vec::with_capacity(tasks);
+    for task in 0..tasks {
+        let (client, held, violations, pairs, failed) = (
+            client.clone(),
+            held.clone(),
+            violations.clone(),
+            pairs.clone(),
+            failed.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::ZERO);
+            let mut i = 0u64;
+            while Instant::now() < end {
+                let name = format!("bench-tp-{task}-{}", i % 16);
+                i += 1;
+                let Ok(lock) = client.acquire(&name, &opts).await else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                if !held
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(name.clone())
+                {
+                    violations.fetch_add(1, Ordering::Relaxed);
+                }
+                held.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .remove(&name);
+                if lock.release().await.is_ok() {
+                    pairs.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok::<(), Error>(())
+        }));
+    }
+    for h in handles {
+        h.await
+            .map_err(|e| Error::Resource(format!("a benchmark task failed: {e}")))??;
+    }
+    Ok(Throughput {
+        failed: failed.load(Ordering::Relaxed),
+        pairs_per_second: pairs.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64(),
+        violations: violations.load(Ordering::Relaxed),
+    })
+}
+
+struct Handoff {
+    sections_per_second: f64,
+    handoff_p50_us: f64,
+    handoff_p99_us: f64,
+    fairness: f64,
+    violations: u64,
+}
+
+/// Workers (each with its own client, as separate processes would have) take turns on one
+/// name. Handoff latency runs from the moment a holder starts its release to the moment the
+/// next holder has the lock.
+async fn handoff(
+    urls: &[String],
+    workers: usize,
+    section: Duration,
+    run_for: Duration,
+) -> Result<Handoff, Error> {
+    let inside = Arc::new(AtomicBool::new(false));
+    let violations = Arc::new(AtomicU64::new(0));
+    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let started = Instant::now();
+    let end = started + run_for;
+    let mut handles = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let client = client(urls)?;
+        let (inside, violations, released_at, handoffs) = (
+            inside.clone(),
+            violations.clone(),
+            released_at.clone(),
+            handoffs.clone(),
+        );
+        handles.push(tokio::spawn(async move {
+            let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(30));
+            let mut sections = 0u64;
+            while Instant::now() < end {
+                let lock = client.acquire("bench-contended", &opts).await?;
+                if let Some(at) = released_at
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take()
+                {
+                    handoffs
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(at.elapsed());
+                }
+                if inside.swap(true, Ordering::SeqCst) {
+                    violations.fetch_add(1, Ordering::Relaxed);
+                }
+                tokio::time::sleep(section).await;
+                inside.store(false, Ordering::SeqCst);
+                sections += 1;
+                *released_at
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Instant::now());
+                lock.release().await?;
+            }
+            Ok::<u64, Error>(sections)
+        }));
+    }
+    let mut shares = Vec::with_capacity(workers);
+    for h in handles {
+        shares.push(
+            h.await
+                .map_err(|e| Error::Resource(format!("a benchmark task failed: {e}")))??,
+        );
+    }
+    let total: u64 = shares.iter().sum();
+    let (min, max) = (
+        shares.iter().copied().min().unwrap_or(0),
+        shares.iter().copied().max().unwrap_or(0),
+    );
+    let mut samples = handoffs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    Ok(Handoff {
+        sections_per_second: total as f64 / started.elapsed().as_secs_f64(),
+        handoff_p50_us: percentile(&mut samples, 0.5),
+        handoff_p99_us: percentile(&mut samples, 0.99),
+        fairness: if max == 0 {
+            0.0
+        } else {
+            min as f64 / max as f64
+        },
+        violations: violations.load(Ordering::Relaxed),
+    })
+}
+
+struct Http {
+    pairs_per_second: f64,
+    acquire_p50_us: f64,
+    acquire_p99_us: f64,
+}
+
+/// Sequential acquire+release pairs through `serve` on loopback, over one keep-alive connection.
+async fn http(
+    client: &Client,
+    pairs: usize,
+) -> Result<Http, Box<dyn std::error::Error + Send + Sync>> {
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Bytes;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let router = crate::server::app(client.clone(), crate::server::AppOptions::default());
+    let server = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+        })
+    };
+    let stream = tokio::net::TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    let connection = tokio::spawn(conn);
+    let mut post = async |path: String,
+                          body: String|
+           -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        let req = hyper::Request::post(path)
+            .header("host", addr.to_string())
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))?;
+        sender.ready().await?;
+        let response = sender.send_request(req).await?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        if !status.is_success() {
+            return Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)).into());
+        }
+        Ok(serde_json::from_slice(&bytes)?)
+    };
+    const WARM_UP: usize = 100;
+    let mut acquires = Vec::with_capacity(pairs);
+    let mut started = Instant::now();
+    for i in 0..pairs + WARM_UP {
+        if i == WARM_UP {
+            started = Instant::now();
+        }
+        let t = Instant::now();
+        let lock = post(format!("/v1/locks/bench-http-{i}"), "{}".to_owned()).await?;
+        if i >= WARM_UP {
+            acquires.push(t.elapsed());
+        }
+        let token = lock["token"].as_str().unwrap_or_default();
+        post(
+            format!("/v1/locks/bench-http-{i}/release"),
+            json!({"token": token}).to_string(),
+        )
+        .await?;
+    }
+    let took = started.elapsed();
+    drop(sender);
+    let _ = connection.await;
+    stop.cancel();
+    let _ = server.await;
+    Ok(Http {
+        pairs_per_second: acquires.len() as f64 / took.as_secs_f64(),
+        acquire_p50_us: percentile(&mut acquires, 0.5),
+        acquire_p99_us: percentile(&mut acquires, 0.99),
+    })
+}

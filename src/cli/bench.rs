@@ -1,0 +1,63 @@
+//! `redquorum bench`: run the benchmark, print a table, write JSON lines.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use redquorum::bench::{BenchOptions, Figure};
+
+use super::{EXIT_OK, EXIT_SOFTWARE};
+
+pub(super) async fn run(opts: BenchOptions, json: PathBuf) -> u8 {
+    let figures = match redquorum::bench::run(&opts).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!("the benchmark failed: {e}");
+            return EXIT_SOFTWARE;
+        }
+    };
+    println!("{}", table(&figures));
+    if let Err(e) = write_json(&figures, &json) {
+        tracing::error!("cannot write {}: {e}", json.display());
+        return EXIT_SOFTWARE;
+    }
+    println!("JSON lines: {}", json.display());
+    let violations = figures
+        .iter()
+        .find(|f| f.name.starts_with("mutual-exclusion"))
+        .map_or(0.0, |f| f.value);
+    if violations > 0.0 {
+        tracing::error!("{violations} mutual-exclusion violations");
+        return EXIT_SOFTWARE;
+    }
+    EXIT_OK
+}
+
+/// A Markdown table: figure, value, ratio to the floor.
+fn table(figures: &[Figure]) -> String {
+    let mut out = String::from("| figure | value | ratio to floor |\n| --- | ---: | ---: |\n");
+    for f in figures {
+        let value = match f.unit {
+            "µs" => format!("{:.1} µs", f.value),
+            "share" => format!("{:.2}", f.value),
+            "count" => format!("{}", f.value),
+            unit => format!("{:.0} {unit}", f.value),
+        };
+        let ratio = f.ratio.map_or_else(String::new, |r| match f.unit {
+            "µs" => format!("{r:.2} × RTT"),
+            _ => format!("{r:.2} per RTT"),
+        });
+        out.push_str(&format!("| {} | {value} | {ratio} |\n", f.name));
+    }
+    out
+}
+
+fn write_json(figures: &[Figure], path: &PathBuf) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = std::fs::File::create(path)?;
+    for f in figures {
+        writeln!(file, "{}", f.to_json())?;
+    }
+    Ok(())
+}
