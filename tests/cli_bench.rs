@@ -1,0 +1,57 @@
+//! `redquorum bench` runs end to end and reports every figure (small sizes; no timing is asserted).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Stdio;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_reports_every_figure_and_no_violation() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.jsonl");
+    let out = tokio::process::Command::new(BIN)
+        .args(["bench", "--pairs", "100", "--seconds", "1", "--json"])
+        .arg(&json)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("| figure | value | ratio to floor |"),
+        "{stdout}"
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&json)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let find = |prefix: &str| {
+        lines
+            .iter()
+            .find(|f| f["name"].as_str().unwrap().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no figure {prefix:?} in {lines:?}"))
+    };
+    let floor = find("floor")["value"].as_f64().unwrap();
+    assert!(floor > 0.0);
+    for prefix in [
+        "uncontended N=3: acquire+release pairs",
+        "uncontended N=5: acquire p50",
+        "throughput N=5",
+        "contended N=5: 8 workers, one name, 1ms sections: handoff p50",
+        "HTTP serve N=5: acquire+release pairs",
+    ] {
+        let figure = find(prefix);
+        assert!(figure["value"].as_f64().unwrap() > 0.0, "{figure}");
+        assert!(figure["ratio_to_floor"].as_f64().unwrap() > 0.0, "{figure}");
+    }
+    assert_eq!(
+        find("mutual-exclusion violations")["value"].as_f64(),
+        Some(0.0)
+    );
+}
