@@ -259,7 +259,17 @@ impl Drop for LocalNodes {
 /// A `NotFound` error that says how to install it.
 pub fn find_redis_server() -> io::Result<PathBuf> {
     if let Some(path) = std::env::var_os(REDIS_SERVER_ENV) {
-        return Ok(PathBuf::from(path));
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "{REDIS_SERVER_ENV} names {}, which is not a file; install redis-server (Debian/Ubuntu: `apt-get install -y redis-server`, macOS: `brew install redis`) or point {REDIS_SERVER_ENV} at it",
+                path.display()
+            ),
+        ));
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)

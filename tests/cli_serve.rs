@@ -147,3 +147,32 @@ async fn serve_refuses_a_public_address_without_auth() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_dev_without_redis_server_says_how_to_install_it() {
+    for env in [
+        vec![("PATH", "/nonexistent".to_owned())],
+        vec![(
+            "REDQUORUM_REDIS_SERVER",
+            "/nonexistent/redis-server".to_owned(),
+        )],
+    ] {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--dev", "--listen", "127.0.0.1:0"])
+            .env_remove("REDQUORUM_REDIS_SERVER")
+            .stdin(Stdio::null());
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let out = tokio::time::timeout(Duration::from_secs(10), cmd.output())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!out.status.success(), "{env:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("apt-get install -y redis-server"),
+            "{env:?}: {stderr}"
+        );
+    }
+}

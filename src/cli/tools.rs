@@ -14,7 +14,12 @@ pub(super) async fn acquire(client: &Client, name: &str, ttl: Duration, wait: Du
         Ok(lock) => {
             // The token on stdout alone, so that `TOKEN=$(redquorum acquire ...)` works.
             println!("{}", lock.token());
-            tracing::info!(lock = name, valid_for = %humantime::format_duration(lock.remaining()), "acquired");
+            tracing::info!(
+                lock = name,
+                fence = lock.fence(),
+                valid_for = %humantime::format_duration(lock.remaining()),
+                "acquired"
+            );
             // Dropping a lock leaves it held until its TTL, which is what this tool promises.
             drop(lock);
             EXIT_OK
