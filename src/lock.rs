@@ -628,19 +628,28 @@ struct Refused {
     split: bool,
 }
 
-/// Whether refusals came from several holders (told apart by their fencing tokens), none of
-/// them on a quorum of the answers.
+/// Whether the votes were split: nobody on a quorum of the answers, and evidence that several
+/// contenders shared them (two holders, told apart by their fencing tokens, or another holder
+/// besides our own grants). One holder seen among failures is not a split: when unreachable
+/// nodes fail fast, a single refusal can decide the vote, and that holder may well have the
+/// lock; the waiter must then wait for its release, not retry in a tight loop.
 fn is_split(answers: &[Option<Answer<AcquireReply>>], quorum: usize) -> bool {
     let mut holders: Vec<(u64, usize)> = Vec::new();
+    let mut granted = 0;
     for answer in answers {
-        if let Some(Ok(AcquireReply::Held(_, fence))) = answer {
-            match holders.iter_mut().find(|(f, _)| f == fence) {
-                Some((_, n)) => *n += 1,
-                None => holders.push((*fence, 1)),
+        match answer {
+            Some(Ok(AcquireReply::Held(_, fence))) => {
+                match holders.iter_mut().find(|(f, _)| f == fence) {
+                    Some((_, n)) => *n += 1,
+                    None => holders.push((*fence, 1)),
+                }
             }
+            Some(Ok(AcquireReply::Granted(_))) => granted += 1,
+            _ => {}
         }
     }
-    !holders.is_empty() && holders.iter().all(|(_, n)| *n < quorum)
+    let contenders = holders.len() + usize::from(granted > 0);
+    !holders.is_empty() && contenders >= 2 && holders.iter().all(|(_, n)| *n < quorum)
 }
 
 /// The addresses of the nodes whose answer matches.
@@ -713,10 +722,13 @@ mod tests {
             3
         ));
         // No refusal from a holder at all (failures): not a split.
-        assert!(!is_split(
-            &[granted, Some(Err(crate::NodeFailureKind::Timeout)), None],
-            2
-        ));
+        let failed = || Some(Err(crate::NodeFailureKind::Timeout));
+        assert!(!is_split(&[granted.clone(), failed(), None], 2));
+        // One holder seen among failures (nodes that fail fast decided the vote): it may hold
+        // the lock, so not a split.
+        assert!(!is_split(&[failed(), failed(), held(4), None, None], 3));
+        // One other holder and our own grant, neither on a quorum: split.
+        assert!(is_split(&[held(4), granted, held(4), None, None], 3));
     }
 
     #[test]
