@@ -204,7 +204,6 @@ impl Client {
             let key: Arc<str> = self.key(name)?.into();
             opts.validate(&self.inner.settings)?;
             let fence_key: Arc<str> = self.fence_key(name).into();
-            let token: Arc<str> = new_token()?.into();
             let wait_until = started + wait;
             let waiters = &self.inner.waiters;
             if !wait.is_zero() {
@@ -218,7 +217,12 @@ impl Client {
                 attempt += 1;
                 // In the queue before the attempt: a release during it wakes us right after.
                 let woken = (!wait.is_zero()).then(|| waiters.enqueue(name));
-                let Refused { error, split } = match self
+                // A fresh token for every attempt: the previous attempt's cleanup may reach a
+                // node after this attempt's grant (its connection still being made, or a
+                // script resent after NOSCRIPT), and must then find nothing of its own to
+                // delete rather than this attempt's grant.
+                let token: Arc<str> = new_token()?.into();
+                let Refused { error, split, took } = match self
                     .attempt(name, &key, &fence_key, &token, opts)
                     .instrument(debug_span!("attempt", attempt))
                     .await
@@ -244,9 +248,11 @@ impl Client {
                     // Nobody won: contenders woken together split the votes. Spread the
                     // retries over a short window so that the earliest takes the lock before
                     // the next arrives, instead of all falling back to the retry delay.
-                    let spread = u64::try_from(SPLIT_RETRY_SPREAD.as_micros())
-                        .unwrap_or(1)
-                        .max(1);
+                    // The window grows with the attempt's length: an attempt that waited out
+                    // silent nodes held its grants that long, and contenders retrying within
+                    // 2 ms of each other would only split again.
+                    let window = SPLIT_RETRY_SPREAD.max(took * 2);
+                    let spread = u64::try_from(window.as_micros()).unwrap_or(1).max(1);
                     let delay =
                         Duration::from_micros(rand::random_range(0..spread)).min(wait_until - now);
                     debug!(attempt, delay = ?delay, "split vote; retrying soon");
@@ -301,9 +307,11 @@ impl Client {
             token,
             armed: true,
         };
+        let attempt_started = Instant::now();
         let refused = |error| Refused {
             error,
             split: false,
+            took: attempt_started.elapsed(),
         };
         let mut proposal = self.propose(0).map_err(refused)?;
         let mut round = 0;
@@ -397,7 +405,11 @@ impl Client {
             !matches!(answers[i], Some(Ok(AcquireReply::Held(..))))
         });
         cleanup.armed = false;
-        Err(Refused { error, split })
+        Err(Refused {
+            error,
+            split,
+            took: attempt_started.elapsed(),
+        })
     }
 
     /// A fencing token to propose: above `floor`, above every token this client has seen, and
@@ -570,9 +582,10 @@ impl Client {
     }
 
     /// Compare-and-delete of an attempt's grants on the nodes `which` selects, without waiting
-    /// for the answers: the commands are queued on each node's connection before this returns,
-    /// so they run before anything sent after (the next attempt), and are awaited in the
-    /// background. Waiters are not woken: the lock was never held.
+    /// for the answers, which are awaited in the background. Safe because every attempt has
+    /// its own token: should a cleanup reach a node only after the next attempt's command (a
+    /// connection still being made, a script resent after NOSCRIPT), it finds nothing of its
+    /// own there and deletes nothing. Waiters are not woken: the lock was never held.
     fn release_in_background(
         &self,
         key: &Arc<str>,
@@ -626,6 +639,8 @@ struct Refused {
     /// Other holders answered, but no one holder on a quorum of the nodes that answered:
     /// contenders arrived together and split the votes (or the answers were too few to tell).
     split: bool,
+    /// How long the attempt took.
+    took: Duration,
 }
 
 /// Whether the votes were split: nobody on a quorum of the answers, and evidence that several

@@ -103,6 +103,11 @@ impl NodeMetrics {
         self.up.set(1.0);
     }
 
+    /// The node answered a health probe.
+    pub(crate) fn reachable(&self) {
+        self.up.set(1.0);
+    }
+
     pub(crate) fn quarantined(&self, yes: bool) {
         self.quarantined.set(if yes { 1.0 } else { 0.0 });
     }

@@ -371,6 +371,7 @@ impl Node {
         health.appendfsync = appendfsync;
         health.error = None;
         let durable = health.durable();
+        self.metrics.reachable();
         self.metrics.durable(durable);
         if !durable && !health.warned {
             health.warned = true;
