@@ -94,11 +94,19 @@ where
 }
 
 /// Drives the stragglers of a decided vote to their answers, for at most until `deadline`.
-fn finish_in_background<S>(stragglers: FuturesUnordered<S>, deadline: Instant)
+///
+/// Each straggler is polled once here, before this returns. `FuturesUnordered` hands back the
+/// first answer it gets without polling the rest, so a vote decided by fast failures (a dead
+/// node refuses at once) may leave futures that have not sent their command yet; sending it
+/// later, from the background task, would put it behind whatever the caller sends next (the
+/// cleanup release of a failed attempt), and a grant would land after its own release.
+fn finish_in_background<S>(mut stragglers: FuturesUnordered<S>, deadline: Instant)
 where
     S: Future + Send + 'static,
     S::Output: Send,
 {
+    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+    while let Poll::Ready(Some(_)) = stragglers.poll_next_unpin(&mut cx) {}
     if stragglers.is_empty() {
         return;
     }
