@@ -77,20 +77,16 @@ where
     answers
 }
 
-/// Sends `call` to every node and returns without waiting for the answers. Each per-node future
-/// is polled once here, which queues its command on the node's connection ahead of anything
-/// the caller sends next (a following acquire, say); the answers are then awaited in the
-/// background until `deadline`.
+/// Sends `call` to every node and returns without waiting for the answers, which are awaited
+/// in the background until `deadline` (see [`finish_in_background`]: each command is sent
+/// before this returns, when its connection is up).
 pub(crate) fn send_and_detach<F, Fut>(nodes: usize, deadline: Instant, call: F)
 where
     F: Fn(usize) -> Fut,
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
-    let mut pending: FuturesUnordered<Fut> = (0..nodes).map(call).collect();
-    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-    while let Poll::Ready(Some(_)) = pending.poll_next_unpin(&mut cx) {}
-    finish_in_background(pending, deadline);
+    finish_in_background((0..nodes).map(call).collect(), deadline);
 }
 
 /// Drives the stragglers of a decided vote to their answers, for at most until `deadline`.

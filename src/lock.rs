@@ -593,19 +593,13 @@ impl Client {
         which: impl Fn(usize) -> bool,
     ) {
         let deadline = Instant::now() + self.inner.settings.node_timeout;
-        let channel: Arc<str> = "".into();
-        let selected: Vec<bool> = (0..self.inner.nodes.len()).map(which).collect();
         send_and_detach(self.inner.nodes.len(), deadline, |i| {
-            let (inner, key, token, channel) = (
-                self.inner.clone(),
-                key.clone(),
-                token.clone(),
-                channel.clone(),
-            );
-            let selected = selected[i];
+            let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
+            let selected = which(i);
             async move {
                 if selected {
-                    let answer = inner.nodes[i].release(&key, &token, &channel).await;
+                    // No release channel: the lock was never held, so nobody is woken.
+                    let answer = inner.nodes[i].release(&key, &token, "").await;
                     debug!(node = inner.nodes[i].addr(), answer = ?answer, "release");
                 }
             }

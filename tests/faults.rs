@@ -148,8 +148,15 @@ async fn majority_down_then_back(n: usize) {
         took < wait + 3 * NODE_TIMEOUT + Duration::from_millis(100),
         "gave up after {took:?}"
     );
-    // The one live node must not keep the failed attempts' grant.
-    assert_eq!(common::lock_count(&nodes, n - 1).await, 0);
+    // The one live node must not keep the failed attempts' grant: its cleanup runs in the
+    // background, and must land long before the 2 s TTL would expire it.
+    assert!(
+        common::eventually(Duration::from_millis(500), || async {
+            common::lock_count(&nodes, n - 1).await == 0
+        })
+        .await,
+        "the live node kept a failed attempt's grant"
+    );
 
     for i in 0..majority {
         nodes.restart(i).unwrap();
