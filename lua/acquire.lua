@@ -1,17 +1,77 @@
--- Take a lock on this node if it is free, with a fencing token above every earlier one.
--- KEYS[1]: lock key. KEYS[2]: the name's fencing counter (no expiry).
+-- Take a lock on this node if it is free, with a fencing token above every earlier one, in
+-- the order waiters queued for it.
+-- KEYS[1]: lock key. KEYS[2]: the name's fencing counter (no expiry). KEYS[3]: the waiters'
+-- queue (sorted set of waiter ids, by priority). KEYS[4]: when each queued place lapses (hash
+-- of waiter id to this node's time in milliseconds).
 -- ARGV[1]: holder token. ARGV[2]: TTL in milliseconds. ARGV[3]: proposed fencing token.
+-- ARGV[4]: the caller's waiter id, or '' for a caller that does not wait. ARGV[5]: its
+-- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds.
 -- Returns {1, fence} when granted; {0, pttl, holder's fence} when another token holds the
 -- lock (the fence names the holder without giving its token away, so that a client can tell
 -- one holder from a split vote); {2, counter} when the proposal is not above this node's
--- counter (propose higher).
+-- counter (propose higher); {3} when the lock is free but an earlier waiter goes first.
 --
 -- Granting only above the counter, and raising the counter in the same script, is what makes
 -- fencing tokens grow in the order acquisitions happen: any two quorums share a node, and
 -- that node saw the later acquisition only after it had recorded the earlier one's token.
+--
+-- The queue decides only who may take a free lock, never whether a lock is free: safety rests
+-- on the lock key alone. Every client gives a waiter the same priority on every node, so the
+-- nodes agree on who goes first, and a release wakes only that waiter instead of every
+-- contender at once. Places lapse unless refreshed, so a waiter that died holds nobody up for
+-- longer than its place lasts.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The first waiter whose place has not lapsed; lapsed places met on the way are dropped.
+local function first_waiter()
+  local now
+  while true do
+    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not first then
+      return nil
+    end
+    now = now or now_ms()
+    if tonumber(redis.call('HGET', KEYS[4], first) or '0') > now then
+      return first
+    end
+    redis.call('ZREM', KEYS[3], first)
+    redis.call('HDEL', KEYS[4], first)
+  end
+end
+
+-- Takes or refreshes the caller's place in the queue.
+local function queue_caller()
+  if ARGV[4] == '' then
+    return
+  end
+  local life = tonumber(ARGV[6])
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
+  redis.call('HSET', KEYS[4], ARGV[4], now_ms() + life)
+  -- The queue lasts as long as its longest-lived place.
+  if redis.call('PTTL', KEYS[3]) < life then
+    redis.call('PEXPIRE', KEYS[3], life)
+    redis.call('PEXPIRE', KEYS[4], life)
+  end
+end
+
 local current = redis.call('GET', KEYS[1])
 if current and current ~= ARGV[1] then
+  queue_caller()
   return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0')}
+end
+if not current then
+  local first = first_waiter()
+  if first and first ~= ARGV[4] then
+    -- Queued here, the caller may come first after all (it was queued on other nodes
+    -- earlier, with the priority it has everywhere).
+    queue_caller()
+    if first_waiter() ~= ARGV[4] then
+      return {3}
+    end
+  end
 end
 local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
 local proposed = tonumber(ARGV[3])
@@ -22,4 +82,8 @@ if counter > proposed or (counter == proposed and current ~= ARGV[1]) then
 end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+if ARGV[4] ~= '' then
+  redis.call('ZREM', KEYS[3], ARGV[4])
+  redis.call('HDEL', KEYS[4], ARGV[4])
+end
 return {1, proposed}

@@ -13,6 +13,32 @@ use crate::node::{Node, NodeHealth, NodeSettings};
 use crate::quorum::{Decision, quorum};
 use crate::waiters::Waiters;
 
+/// Where one lock name lives on every node. Lock keys, counters and queues live under different
+/// sub-prefixes, so no name can collide with another's counter or queue.
+#[derive(Debug)]
+pub(crate) struct Keys {
+    /// `{prefix}lock:{name}`: the holder's token, with the lock's TTL.
+    pub(crate) lock: String,
+    /// `{prefix}fence:{name}`: the highest fencing token granted, with no expiry.
+    pub(crate) fence: String,
+    /// `{prefix}queue:{name}`: waiter ids by priority.
+    pub(crate) queue: String,
+    /// `{prefix}queue-lapse:{name}`: when each waiter's place lapses.
+    pub(crate) lapse: String,
+}
+
+impl Keys {
+    /// The keys of the acquire script.
+    pub(crate) fn for_acquire(&self) -> [&str; 4] {
+        [&self.lock, &self.fence, &self.queue, &self.lapse]
+    }
+
+    /// The keys of the release and dequeue scripts.
+    pub(crate) fn for_release(&self) -> [&str; 3] {
+        [&self.lock, &self.queue, &self.lapse]
+    }
+}
+
 /// A handle on N independent Redis masters; cheap to clone (all clones share the connections).
 ///
 /// Build one with [`Client::builder`]; take locks with [`Client::acquire`] or
@@ -143,16 +169,16 @@ impl Client {
         quorum(self.inner.nodes.len())
     }
 
-    /// The key a lock name is stored under on the nodes: `{prefix}lock:{name}`.
-    pub(crate) fn key(&self, name: &str) -> Result<String> {
+    /// The keys and the release channel of a lock name on the nodes, once the name is checked.
+    pub(crate) fn keys(&self, name: &str) -> Result<Arc<Keys>> {
         validate_name(name)?;
-        Ok(format!("{}lock:{}", self.inner.settings.key_prefix, name))
-    }
-
-    /// The key of a lock name's fencing counter: `{prefix}fence:{name}`. Lock keys and
-    /// counters live under different sub-prefixes, so no name can collide with a counter.
-    pub(crate) fn fence_key(&self, name: &str) -> String {
-        format!("{}fence:{}", self.inner.settings.key_prefix, name)
+        let prefix = &self.inner.settings.key_prefix;
+        Ok(Arc::new(Keys {
+            lock: format!("{prefix}lock:{name}"),
+            fence: format!("{prefix}fence:{name}"),
+            queue: format!("{prefix}queue:{name}"),
+            lapse: format!("{prefix}queue-lapse:{name}"),
+        }))
     }
 
     /// Reads every node's health now (uptime, persistence, quarantine), in node order. A node
@@ -196,15 +222,15 @@ impl Client {
     /// [`Error::InvalidArgument`] for a bad name; [`Error::QuorumUnavailable`] when fewer than
     /// a quorum of nodes answered, so whether the lock is held cannot be told.
     pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
-        let key: Arc<str> = self.key(name)?.into();
+        let keys = self.keys(name)?;
         let deadline = Instant::now() + self.inner.settings.node_timeout;
         let answers = fan_out(
             &self.inner.nodes,
             Operation::Inspect,
             deadline,
             |i| {
-                let (inner, key) = (self.inner.clone(), key.clone());
-                async move { inner.nodes[i].pttl(&key).await }
+                let (inner, keys) = (self.inner.clone(), keys.clone());
+                async move { inner.nodes[i].pttl(&keys.lock).await }
             },
             |_, _| Decision::Pending,
         )

@@ -115,11 +115,13 @@ pub enum Error {
         reason: String,
     },
 
-    /// Another holder has the lock on enough nodes that no quorum could be had.
+    /// Another holder has the lock, or earlier waiters go first, on enough nodes that no
+    /// quorum could be had.
     #[error(
-        "lock {name:?} is held by someone else on {} of {total} nodes ({}){}; wait for it or retry later",
+        "lock {name:?} is held by someone else on {} of {total} nodes ({}){}{}; wait for it or retry later",
         holders.len(),
         holders.join(", "),
+        reserved_suffix(reserved),
         failures_suffix(failures)
     )]
     Contended {
@@ -127,6 +129,9 @@ pub enum Error {
         name: String,
         /// Addresses of the nodes where another token holds the lock.
         holders: Vec<String>,
+        /// Addresses of the nodes where the lock is free but another caller, waiting longer,
+        /// goes first.
+        reserved: Vec<String>,
         /// Nodes that failed in the same attempt.
         failures: Vec<NodeFailure>,
         /// How many nodes the client has.
@@ -220,6 +225,18 @@ impl Error {
 fn join_failures(failures: &[NodeFailure]) -> String {
     let parts: Vec<String> = failures.iter().map(ToString::to_string).collect();
     parts.join("; ")
+}
+
+fn reserved_suffix(reserved: &[String]) -> String {
+    if reserved.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", and free but promised to an earlier waiter on {} ({})",
+            reserved.len(),
+            reserved.join(", ")
+        )
+    }
 }
 
 fn failures_suffix(failures: &[NodeFailure]) -> String {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 use tracing::{Instrument, debug, info_span, warn};
 
-use crate::client::{Client, Inner};
+use crate::client::{Client, Inner, Keys};
 use crate::config::{LockOptions, limits};
 use crate::error::{Error, Result};
 use crate::lock::Lock;
@@ -228,7 +228,7 @@ impl Lock {
         let Lock {
             client,
             name,
-            key,
+            keys,
             token,
             fence,
             ttl,
@@ -246,7 +246,7 @@ impl Lock {
         let task = Renewal {
             client: Arc::downgrade(&client.inner),
             name: name.clone(),
-            key,
+            keys,
             token: token.clone(),
             ttl,
             opts,
@@ -401,7 +401,7 @@ impl Client {
 struct Renewal {
     client: Weak<Inner>,
     name: Arc<str>,
-    key: Arc<str>,
+    keys: Arc<Keys>,
     token: Arc<str>,
     ttl: Duration,
     opts: RenewOptions,
@@ -451,7 +451,7 @@ impl Renewal {
             let result = client
                 .extend_key(
                     &self.name,
-                    &self.key,
+                    &self.keys,
                     &self.token,
                     ttl,
                     Some(status.valid_until),
@@ -531,7 +531,7 @@ impl Renewal {
         let result = match self.client.upgrade() {
             Some(inner) => {
                 Client { inner }
-                    .release_key(&self.name, &self.key, &self.token)
+                    .release_key(&self.name, &self.keys, &self.token)
                     .await
             }
             None => Err(Error::invalid(

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use rand::TryRng;
 use tracing::{Instrument, debug, debug_span};
 
-use crate::client::Client;
+use crate::client::{Client, Keys};
 use crate::config::{LockOptions, validate_token};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::fanout::{Answer, send_and_detach, vote};
 use crate::metrics::HeldGauge;
-use crate::node::{AcquireReply, Node, ReleaseReply};
+use crate::node::{AcquireReply, Node, Place, ReleaseReply};
 use crate::quorum::{Decision, validity};
 
 /// Bytes of OS randomness in a holder token (hex-encoded, so tokens are 32 characters).
@@ -28,6 +28,10 @@ const SPLIT_RETRY_SPREAD: Duration = Duration::from_millis(2);
 /// Stale proposals answered at once before an attempt counts as failed.
 const MAX_PROPOSAL_ROUNDS: u32 = 4;
 
+/// Bounds on how long a node keeps a waiter's place in the queue without hearing from it.
+const PLACE_LIFE_MIN: Duration = Duration::from_millis(100);
+const PLACE_LIFE_MAX: Duration = Duration::from_secs(2);
+
 /// A lock held on a quorum of nodes.
 ///
 /// The lock is only safe to act on while [`Lock::remaining`] is above zero; extend it with
@@ -37,7 +41,7 @@ const MAX_PROPOSAL_ROUNDS: u32 = 4;
 pub struct Lock {
     pub(crate) client: Client,
     pub(crate) name: String,
-    pub(crate) key: Arc<str>,
+    pub(crate) keys: Arc<Keys>,
     pub(crate) token: Arc<str>,
     pub(crate) fence: u64,
     pub(crate) ttl: Duration,
@@ -60,7 +64,7 @@ impl Lock {
     fn new(
         client: &Client,
         name: &str,
-        key: Arc<str>,
+        keys: Arc<Keys>,
         token: Arc<str>,
         fence: u64,
         ttl: Duration,
@@ -70,7 +74,7 @@ impl Lock {
             held: HeldGauge::new(),
             client: client.clone(),
             name: name.to_owned(),
-            key,
+            keys,
             token,
             fence,
             ttl,
@@ -140,7 +144,7 @@ impl Lock {
             .client
             .extend_key(
                 &self.name,
-                &self.key,
+                &self.keys,
                 &self.token,
                 ttl,
                 Some(self.valid_until),
@@ -167,7 +171,7 @@ impl Lock {
     /// As [`Client::release_token`]. A lock that has already expired is released successfully.
     pub async fn release(self) -> Result<()> {
         self.client
-            .release_key(&self.name, &self.key, &self.token)
+            .release_key(&self.name, &self.keys, &self.token)
             .await
     }
 }
@@ -201,29 +205,33 @@ impl Client {
     async fn acquire_with(&self, name: &str, opts: &LockOptions, wait: Duration) -> Result<Lock> {
         let started = Instant::now();
         let result = async {
-            let key: Arc<str> = self.key(name)?.into();
+            let keys = self.keys(name)?;
             opts.validate(&self.inner.settings)?;
-            let fence_key: Arc<str> = self.fence_key(name).into();
             let wait_until = started + wait;
             let waiters = &self.inner.waiters;
-            if !wait.is_zero() {
+            // A caller that waits queues on the nodes under one id for all its attempts, so it
+            // keeps its turn from one attempt to the next.
+            let mut queued = if wait.is_zero() {
+                None
+            } else {
                 // Subscribed before the first attempt, so that no release is missed.
                 waiters
                     .subscribe(&self.inner, self.inner.settings.node_timeout)
                     .await;
-            }
+                Some(Queued::new(self, keys.clone(), opts, started)?)
+            };
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
-                // In the queue before the attempt: a release during it wakes us right after.
-                let woken = (!wait.is_zero()).then(|| waiters.enqueue(name));
+                // Listening before the attempt: a release during it wakes us right after.
+                let woken = queued.as_ref().map(|q| waiters.listen(&q.place.waiter));
                 // A fresh token for every attempt: the previous attempt's cleanup may reach a
                 // node after this attempt's grant (its connection still being made, or a
                 // script resent after NOSCRIPT), and must then find nothing of its own to
                 // delete rather than this attempt's grant.
                 let token: Arc<str> = new_token()?.into();
                 let Refused { error, split, took } = match self
-                    .attempt(name, &key, &fence_key, &token, opts)
+                    .attempt(name, &keys, &token, queued.as_mut(), opts)
                     .instrument(debug_span!("attempt", attempt))
                     .await
                 {
@@ -231,7 +239,7 @@ impl Client {
                         return Ok(Lock::new(
                             self,
                             name,
-                            key,
+                            keys,
                             token,
                             fence,
                             opts.get_ttl(),
@@ -245,9 +253,11 @@ impl Client {
                     return Err(error);
                 }
                 if split {
-                    // Nobody won: contenders woken together split the votes. Spread the
-                    // retries over a short window so that the earliest takes the lock before
-                    // the next arrives, instead of all falling back to the retry delay.
+                    // Nobody won: contenders arrived together and split the votes, or the
+                    // nodes did not yet agree on whose turn it is (each refused attempt queues
+                    // its caller, so they do now). Spread the retries over a short window so
+                    // that the earliest takes the lock before the next arrives, instead of all
+                    // falling back to the retry delay.
                     // The window grows with the attempt's length: an attempt that waited out
                     // silent nodes held its grants that long, and contenders retrying within
                     // 2 ms of each other would only split again.
@@ -262,8 +272,8 @@ impl Client {
                 let delay = retry_delay(opts).min(wait_until - now);
                 debug!(attempt, error = %error, delay = ?delay, "attempt failed; retrying");
                 match woken {
-                    // A release wakes one waiter at once; the delay is the fallback for lost
-                    // messages and masters whose subscription is down.
+                    // The release wakes the first waiter at once; the delay is the fallback
+                    // for lost messages and masters whose subscription is down.
                     Some(woken) => tokio::select! {
                         Ok(()) = woken => debug!("woken by a release"),
                         () = tokio::time::sleep(delay) => {}
@@ -292,18 +302,19 @@ impl Client {
     async fn attempt(
         &self,
         name: &str,
-        key: &Arc<str>,
-        fence_key: &Arc<str>,
+        keys: &Arc<Keys>,
         token: &Arc<str>,
+        mut queued: Option<&mut Queued<'_>>,
         opts: &LockOptions,
     ) -> Result<(Instant, u64), Refused> {
         let settings = &self.inner.settings;
         let nodes = &self.inner.nodes;
         let ttl = opts.get_ttl();
         let drift = settings.drift(ttl);
+        let place = queued.as_ref().map(|q| q.place.clone());
         let mut cleanup = ReleaseOnDrop {
             client: self,
-            key,
+            keys,
             token,
             armed: true,
         };
@@ -328,15 +339,15 @@ impl Client {
                 Operation::Acquire,
                 deadline,
                 |i| {
-                    let (inner, key, fence_key, token) = (
+                    let (inner, keys, token, place) = (
                         self.inner.clone(),
-                        key.clone(),
-                        fence_key.clone(),
+                        keys.clone(),
                         token.clone(),
+                        place.clone(),
                     );
                     async move {
                         inner.nodes[i]
-                            .acquire([&key, &fence_key], &token, ttl, proposal)
+                            .acquire(keys.for_acquire(), &token, ttl, proposal, place.as_ref())
                             .await
                     }
                 },
@@ -344,6 +355,9 @@ impl Client {
             )
             .await;
             let elapsed = start.elapsed();
+            if let Some(q) = queued.as_mut() {
+                q.note(&answers);
+            }
 
             if tally.decision() == Decision::Reached {
                 match validity(ttl, elapsed, drift) {
@@ -367,6 +381,8 @@ impl Client {
                 }
             }
             let holders = addrs_where(nodes, &answers, |a| matches!(a, Ok(AcquireReply::Held(..))));
+            let reserved =
+                addrs_where(nodes, &answers, |a| matches!(a, Ok(AcquireReply::Reserved)));
             let stale = answers
                 .iter()
                 .filter_map(|a| match a {
@@ -374,9 +390,9 @@ impl Client {
                     _ => None,
                 })
                 .max();
-            if let Some(counter) =
-                stale.filter(|_| holders.is_empty() && round < MAX_PROPOSAL_ROUNDS)
-            {
+            if let Some(counter) = stale.filter(|_| {
+                holders.is_empty() && reserved.is_empty() && round < MAX_PROPOSAL_ROUNDS
+            }) {
                 debug!(
                     proposal,
                     counter, "proposal was stale; proposing higher at once"
@@ -386,12 +402,13 @@ impl Client {
                 continue;
             }
             let failures = failures(nodes, &answers);
-            let error = if holders.is_empty() {
+            let error = if holders.is_empty() && reserved.is_empty() {
                 self.unavailable(Operation::Acquire, name, failures)
             } else {
                 Error::Contended {
                     name: name.to_owned(),
                     holders,
+                    reserved,
                     failures,
                     total: nodes.len(),
                 }
@@ -399,10 +416,14 @@ impl Client {
             break (error, answers);
         };
         let split = is_split(&answers, self.quorum());
-        // A node that answered "held by another" has nothing of ours; every other node may.
-        // No need to wait: the next attempt queues behind these on every connection.
-        self.release_in_background(key, token, |i| {
-            !matches!(answers[i], Some(Ok(AcquireReply::Held(..))))
+        // A node that refused ("held by another", "another waiter first") has nothing of ours;
+        // every other node may. No need to wait: the next attempt queues behind these on every
+        // connection.
+        self.release_in_background(keys, token, |i| {
+            !matches!(
+                answers[i],
+                Some(Ok(AcquireReply::Held(..) | AcquireReply::Reserved))
+            )
         });
         cleanup.armed = false;
         Err(Refused {
@@ -451,24 +472,23 @@ impl Client {
     /// [`Error::NotHeld`] when the token does not hold the lock on a quorum (wrong token, or the
     /// lock expired); otherwise as [`Lock::extend`].
     pub async fn extend_token(&self, name: &str, token: &str, ttl: Duration) -> Result<Lock> {
-        let key: Arc<str> = self.key(name)?.into();
+        let keys = self.keys(name)?;
         validate_token(token)?;
         self.inner.settings.validate_ttl(ttl)?;
         let token: Arc<str> = token.into();
-        let (valid_until, fence) = self.extend_key(name, &key, &token, ttl, None).await?;
-        Ok(Lock::new(self, name, key, token, fence, ttl, valid_until))
+        let (valid_until, fence) = self.extend_key(name, &keys, &token, ttl, None).await?;
+        Ok(Lock::new(self, name, keys, token, fence, ttl, valid_until))
     }
 
     pub(crate) async fn extend_key(
         &self,
         name: &str,
-        key: &Arc<str>,
+        keys: &Arc<Keys>,
         token: &Arc<str>,
         ttl: Duration,
         valid_until: Option<Instant>,
     ) -> Result<(Instant, u64)> {
         let settings = &self.inner.settings;
-        let fence_key: Arc<str> = self.fence_key(name).into();
         let nodes = &self.inner.nodes;
         let start = Instant::now();
         // Answers after the current validity are of no use: the lock may be gone by then.
@@ -480,9 +500,12 @@ impl Client {
             Operation::Extend,
             deadline,
             |i| {
-                let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
-                let fence_key = fence_key.clone();
-                async move { inner.nodes[i].extend([&key, &fence_key], &token, ttl).await }
+                let (inner, keys, token) = (self.inner.clone(), keys.clone(), token.clone());
+                async move {
+                    inner.nodes[i]
+                        .extend([&keys.lock, &keys.fence], &token, ttl)
+                        .await
+                }
             },
             Option::is_some,
         )
@@ -522,20 +545,19 @@ impl Client {
     /// left behind expire at their TTL); [`Error::InvalidArgument`] for a bad name or token.
     /// A lock that is already gone everywhere counts as released.
     pub async fn release_token(&self, name: &str, token: &str) -> Result<()> {
-        let key: Arc<str> = self.key(name)?.into();
+        let keys = self.keys(name)?;
         validate_token(token)?;
-        self.release_key(name, &key, &token.into()).await
+        self.release_key(name, &keys, &token.into()).await
     }
 
     pub(crate) async fn release_key(
         &self,
         name: &str,
-        key: &Arc<str>,
+        keys: &Arc<Keys>,
         token: &Arc<str>,
     ) -> Result<()> {
         let nodes = &self.inner.nodes;
         let quorum = self.quorum();
-        let channel: Arc<str> = self.inner.waiters.channel(name).into();
         let deadline = Instant::now() + self.inner.settings.node_timeout;
         // Done as soon as a quorum no longer has the lock; the other nodes finish in the
         // background.
@@ -544,13 +566,12 @@ impl Client {
             Operation::Release,
             deadline,
             |i| {
-                let (inner, key, token, channel) = (
-                    self.inner.clone(),
-                    key.clone(),
-                    token.clone(),
-                    channel.clone(),
-                );
-                async move { inner.nodes[i].release(&key, &token, &channel).await }
+                let (inner, keys, token) = (self.inner.clone(), keys.clone(), token.clone());
+                async move {
+                    inner.nodes[i]
+                        .release(keys.for_release(), &token, inner.waiters.wake_prefix())
+                        .await
+                }
             },
             |reply| matches!(reply, ReleaseReply::Deleted | ReleaseReply::Absent),
         )
@@ -588,18 +609,18 @@ impl Client {
     /// own there and deletes nothing. Waiters are not woken: the lock was never held.
     fn release_in_background(
         &self,
-        key: &Arc<str>,
+        keys: &Arc<Keys>,
         token: &Arc<str>,
         which: impl Fn(usize) -> bool,
     ) {
         let deadline = Instant::now() + self.inner.settings.node_timeout;
         send_and_detach(self.inner.nodes.len(), deadline, |i| {
-            let (inner, key, token) = (self.inner.clone(), key.clone(), token.clone());
+            let (inner, keys, token) = (self.inner.clone(), keys.clone(), token.clone());
             let selected = which(i);
             async move {
                 if selected {
                     // No release channel: the lock was never held, so nobody is woken.
-                    let answer = inner.nodes[i].release(&key, &token, "").await;
+                    let answer = inner.nodes[i].release(keys.for_release(), &token, "").await;
                     debug!(node = inner.nodes[i].addr(), answer = ?answer, "release");
                 }
             }
@@ -610,7 +631,7 @@ impl Client {
 /// Releases an attempt's grants if the attempt's future is dropped half-way.
 struct ReleaseOnDrop<'a> {
     client: &'a Client,
-    key: &'a Arc<str>,
+    keys: &'a Arc<Keys>,
     token: &'a Arc<str>,
     armed: bool,
 }
@@ -623,7 +644,88 @@ impl Drop for ReleaseOnDrop<'_> {
         // Without a runtime the answers are not awaited, and grants not reached expire at
         // their TTL.
         self.client
-            .release_in_background(self.key, self.token, |_| true);
+            .release_in_background(self.keys, self.token, |_| true);
+    }
+}
+
+/// A waiting caller's place in the lock's queue on the nodes, given up when the acquire ends
+/// (with the lock, with an error, or cancelled) wherever the place may still be.
+struct Queued<'a> {
+    client: &'a Client,
+    keys: Arc<Keys>,
+    place: Place,
+    /// Per node: whether the place may be there. Refusals queue the caller; a grant removes
+    /// its place; a node that did not answer may have done either.
+    maybe_on: Vec<bool>,
+}
+
+impl<'a> Queued<'a> {
+    fn new(
+        client: &'a Client,
+        keys: Arc<Keys>,
+        opts: &LockOptions,
+        started: Instant,
+    ) -> Result<Self> {
+        // First come, first served: the time the caller started waiting, from the wall clock
+        // so that every client's waiters compare (a skewed clock only costs fairness).
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(started.elapsed());
+        let pause = opts.get_retry_delay() + opts.get_retry_jitter();
+        Ok(Queued {
+            client,
+            keys,
+            place: Place {
+                waiter: client.inner.waiters.new_waiter(),
+                priority: u64::try_from(since_epoch.as_micros())
+                    .unwrap_or(MAX_FENCE)
+                    .min(MAX_FENCE),
+                // Refreshed by every attempt, and attempts come at least this often, so a live
+                // waiter keeps its place and a dead one holds nobody up for long.
+                life: (pause * 2 + client.inner.settings.node_timeout)
+                    .clamp(PLACE_LIFE_MIN, PLACE_LIFE_MAX),
+            },
+            maybe_on: vec![false; client.inner.nodes.len()],
+        })
+    }
+
+    /// Books an attempt's answers.
+    fn note(&mut self, answers: &[Option<Answer<AcquireReply>>]) {
+        for (on, answer) in self.maybe_on.iter_mut().zip(answers) {
+            match answer {
+                Some(Ok(AcquireReply::Granted(_))) => *on = false,
+                // A stale proposal is answered before the queue is touched.
+                Some(Ok(AcquireReply::Stale(_))) => {}
+                _ => *on = true,
+            }
+        }
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let inner = &self.client.inner;
+        inner.waiters.forget(&self.place.waiter);
+        if !self.maybe_on.contains(&true) {
+            return;
+        }
+        // Giving the place up also passes the turn on where the lock is free: this waiter may
+        // have been woken for a release it will not use.
+        let deadline = Instant::now() + inner.settings.node_timeout;
+        send_and_detach(inner.nodes.len(), deadline, |i| {
+            let (inner, keys, waiter) =
+                (inner.clone(), self.keys.clone(), self.place.waiter.clone());
+            let selected = self.maybe_on[i];
+            async move {
+                if selected {
+                    let answer = inner.nodes[i]
+                        .dequeue(keys.for_release(), &waiter, inner.waiters.wake_prefix())
+                        .await;
+                    debug!(node = inner.nodes[i].addr(), answer = ?answer, "dequeue");
+                }
+            }
+        });
     }
 }
 
@@ -638,13 +740,16 @@ struct Refused {
 }
 
 /// Whether the votes were split: nobody on a quorum of the answers, and evidence that several
-/// contenders shared them (two holders, told apart by their fencing tokens, or another holder
-/// besides our own grants). One holder seen among failures is not a split: when unreachable
-/// nodes fail fast, a single refusal can decide the vote, and that holder may well have the
-/// lock; the waiter must then wait for its release, not retry in a tight loop.
+/// contenders shared them (two holders, told apart by their fencing tokens; another holder
+/// besides our own grants; or our own grants where other nodes had another waiter first, so the
+/// nodes' queues did not agree yet). One holder seen among failures is not a split: when
+/// unreachable nodes fail fast, a single refusal can decide the vote, and that holder may well
+/// have the lock; the waiter must then wait for its release, not retry in a tight loop. Nor is
+/// a holder seen beside "another waiter first": that waiter is most likely the holder, still
+/// taking the remaining nodes.
 fn is_split(answers: &[Option<Answer<AcquireReply>>], quorum: usize) -> bool {
     let mut holders: Vec<(u64, usize)> = Vec::new();
-    let mut granted = 0;
+    let (mut granted, mut reserved) = (0, 0);
     for answer in answers {
         match answer {
             Some(Ok(AcquireReply::Held(_, fence))) => {
@@ -654,11 +759,17 @@ fn is_split(answers: &[Option<Answer<AcquireReply>>], quorum: usize) -> bool {
                 }
             }
             Some(Ok(AcquireReply::Granted(_))) => granted += 1,
+            Some(Ok(AcquireReply::Reserved)) => reserved += 1,
             _ => {}
         }
     }
-    let contenders = holders.len() + usize::from(granted > 0);
-    !holders.is_empty() && contenders >= 2 && holders.iter().all(|(_, n)| *n < quorum)
+    let others = if holders.is_empty() {
+        usize::from(reserved > 0)
+    } else {
+        holders.len()
+    };
+    let contenders = others + usize::from(granted > 0);
+    others > 0 && contenders >= 2 && holders.iter().all(|(_, n)| *n < quorum)
 }
 
 /// The addresses of the nodes whose answer matches.

@@ -12,7 +12,7 @@
 //! is never counted before its new uptime is known, at no extra round trip.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -50,12 +50,14 @@ pub(crate) struct Scripts {
     pub(crate) acquire: LuaScript,
     pub(crate) extend: LuaScript,
     pub(crate) release: LuaScript,
+    pub(crate) dequeue: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     acquire: LuaScript::new(1, include_str!("../lua/acquire.lua")),
     extend: LuaScript::new(2, include_str!("../lua/extend.lua")),
     release: LuaScript::new(4, include_str!("../lua/release.lua")),
+    dequeue: LuaScript::new(8, include_str!("../lua/dequeue.lua")),
 });
 
 /// A node's answer to an acquire.
@@ -68,6 +70,19 @@ pub(crate) enum AcquireReply {
     Held(Option<Duration>, u64),
     /// The proposed fencing token is not above the node's counter, which is this.
     Stale(u64),
+    /// The lock is free, but an earlier waiter goes first.
+    Reserved,
+}
+
+/// A waiting caller's place in a lock's queue on the nodes.
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    /// Random, and the same on every node and for every attempt of one acquire.
+    pub(crate) waiter: Arc<str>,
+    /// Lower goes first; the same on every node, so the nodes agree on the order.
+    pub(crate) priority: u64,
+    /// How long a node keeps the place unless an attempt refreshes it.
+    pub(crate) life: Duration,
 }
 
 /// A node's answer to a release.
@@ -412,17 +427,24 @@ impl Node {
         }
     }
 
-    /// Asks the node to take the lock for `token` with fencing token `fence`.
+    /// Asks the node to take the lock for `token` with fencing token `fence`, queueing `place`
+    /// (when the caller waits) if the lock is not to be had. Keys: the lock, its fencing
+    /// counter, its queue and the queue's lapse times.
     pub(crate) async fn acquire(
         &self,
-        keys: [&str; 2],
+        keys: [&str; 4],
         token: &str,
         ttl: Duration,
         fence: u64,
+        place: Option<&Place>,
     ) -> std::result::Result<AcquireReply, NodeFailureKind> {
         let value = self
             .eval(Operation::Acquire, &SCRIPTS.acquire, &keys, |c| {
                 c.arg(token).arg(millis(ttl)).arg(fence);
+                match place {
+                    Some(p) => c.arg(&*p.waiter).arg(p.priority).arg(millis(p.life)),
+                    None => c.arg("").arg(0).arg(0),
+                };
             })
             .await?;
         let reply = match value {
@@ -433,6 +455,7 @@ impl Node {
                     non_negative(*holder),
                 ),
                 [Value::Int(2), Value::Int(counter)] => AcquireReply::Stale(non_negative(*counter)),
+                [Value::Int(3)] => AcquireReply::Reserved,
                 _ => return Err(unexpected("acquire", &items)),
             },
             other => return Err(unexpected("acquire", &other)),
@@ -468,16 +491,17 @@ impl Node {
         }
     }
 
-    /// Asks the node to delete the lock if `token` holds it, and to announce the release on
-    /// `channel`. Counted from every node, quarantined or not: a release only ever removes.
+    /// Asks the node to delete the lock if `token` holds it, and to wake the first waiter on
+    /// `channel` ('' for none). Keys: the lock, its queue and the queue's lapse times. Counted
+    /// from every node, quarantined or not: a release only ever removes.
     pub(crate) async fn release(
         &self,
-        key: &str,
+        keys: [&str; 3],
         token: &str,
         channel: &str,
     ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
         let value = self
-            .eval(Operation::Release, &SCRIPTS.release, &[key], |c| {
+            .eval(Operation::Release, &SCRIPTS.release, &keys, |c| {
                 c.arg(token).arg(channel);
             })
             .await?;
@@ -486,6 +510,25 @@ impl Node {
             Value::Int(0) => Ok(ReleaseReply::Absent),
             Value::Int(-1) => Ok(ReleaseReply::Foreign),
             other => Err(unexpected("release", &other)),
+        }
+    }
+
+    /// Gives up `waiter`'s place in the queue, waking the next waiter on `channel` if the lock
+    /// is free. Keys as for [`Node::release`]. Whether the waiter had a place here.
+    pub(crate) async fn dequeue(
+        &self,
+        keys: [&str; 3],
+        waiter: &str,
+        channel: &str,
+    ) -> std::result::Result<bool, NodeFailureKind> {
+        let value = self
+            .eval(Operation::Release, &SCRIPTS.dequeue, &keys, |c| {
+                c.arg(waiter).arg(channel);
+            })
+            .await?;
+        match value {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("dequeue", &other)),
         }
     }
 

@@ -1,14 +1,25 @@
 //! Waking waiters when a lock is released, instead of leaving them to poll.
 //!
-//! A release publishes the released token on `{prefix}released:{name}` on every master where it
-//! deleted the lock. Each client keeps one pattern subscription per master, shared by all of its
-//! waiters, started on the first wait. Waiters queue per name, first come first served, and a
-//! release wakes exactly one of them (the same release heard from several masters counts once):
-//! waking all would send every waiter at the nodes for a lock only one can win. The woken
-//! waiter retries at once; every waiter also keeps its jittered retry delay, which is what
-//! carries it when a message is lost or a master's subscription is down.
+//! Waiters queue on the masters themselves (see `lua/acquire.lua`): a refused attempt of a
+//! caller that waits leaves its waiter id in the name's queue, in an order every master agrees
+//! on, and only the first waiter may take a free lock. A waiter id is `<client id>.<n>`. A
+//! release publishes the first waiter's id on that waiter's client's channel,
+//! `{prefix}wake:<client id>`, on every master where it deleted the lock, so exactly one waiter
+//! in all the clients wakes (waking all would send every waiter at the nodes for a lock only
+//! one may take), and no other client even hears of it. Each client keeps one subscription per
+//! master, shared by all of its waiters and started on the first wait.
+//!
+//! The same release heard from several masters may wake the waiter more than once, on purpose:
+//! the first master to announce it may be well ahead of the others, and an attempt made then
+//! finds the lock still held on a quorum; the next announcement is what says to try again. At
+//! most one wake per master per release, and only for that one waiter.
+//!
+//! The woken waiter retries at once; every
+//! waiter also keeps its jittered retry delay, which is what carries it when a message is lost
+//! or a master's subscription is down.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -17,23 +28,20 @@ use tokio::sync::{oneshot, watch};
 
 use crate::client::Inner;
 
-/// Released tokens remembered per name, to wake once per release however many masters say so.
-const RECENT_RELEASES: usize = 8;
 /// Pause before resubscribing to a master whose subscription failed, doubled up to the maximum.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
-#[derive(Debug, Default)]
-struct NameQueue {
-    waiting: VecDeque<oneshot::Sender<()>>,
-    recent: VecDeque<String>,
-}
-
 /// The waiters of one client, and its subscriptions.
 #[derive(Debug)]
 pub(crate) struct Waiters {
-    channel_prefix: String,
-    queues: Mutex<HashMap<String, NameQueue>>,
+    /// `{prefix}wake:`; a client's channel is this and its id.
+    wake_prefix: String,
+    /// Random, so that clients that never met do not share waiter ids.
+    client_id: String,
+    next_waiter: AtomicU64,
+    /// By waiter id: what fires on the next wake of a waiter that is listening.
+    listeners: Mutex<HashMap<String, oneshot::Sender<()>>>,
     /// One flag per master: whether its subscription is confirmed and reading.
     subscribed: OnceLock<Vec<watch::Receiver<bool>>>,
     /// Dropped with the client, which stops the subscription tasks.
@@ -45,57 +53,51 @@ impl Waiters {
     pub(crate) fn new(key_prefix: &str) -> Self {
         let (alive_tx, alive_rx) = watch::channel(());
         Waiters {
-            channel_prefix: format!("{key_prefix}released:"),
-            queues: Mutex::new(HashMap::new()),
+            wake_prefix: format!("{key_prefix}wake:"),
+            client_id: format!("{:016x}", rand::random::<u64>()),
+            next_waiter: AtomicU64::new(0),
+            listeners: Mutex::new(HashMap::new()),
             subscribed: OnceLock::new(),
             _alive: alive_tx,
             alive: alive_rx,
         }
     }
 
-    /// The channel a release of `name` is published on.
-    pub(crate) fn channel(&self, name: &str) -> String {
-        format!("{}{}", self.channel_prefix, name)
+    /// What the scripts prepend to a waiter's client id to name the channel that wakes it.
+    pub(crate) fn wake_prefix(&self) -> &str {
+        &self.wake_prefix
     }
 
-    fn queues(&self) -> std::sync::MutexGuard<'_, HashMap<String, NameQueue>> {
-        self.queues
+    /// An id for a new waiter of this client: `<client id>.<n>`.
+    pub(crate) fn new_waiter(&self) -> Arc<str> {
+        let n = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        format!("{}.{n}", self.client_id).into()
+    }
+
+    fn listeners(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<()>>> {
+        self.listeners
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Joins the queue for `name`; the receiver fires when a release wakes this waiter. Join
-    /// before each attempt, so that a release during the attempt is not missed.
-    pub(crate) fn enqueue(&self, name: &str) -> oneshot::Receiver<()> {
+    /// Listens for the next release that names `waiter`. Listen before each attempt, so that
+    /// a release during the attempt is not missed.
+    pub(crate) fn listen(&self, waiter: &str) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
-        let mut queues = self.queues();
-        let queue = queues.entry(name.to_owned()).or_default();
-        // Waiters that gave up (got the lock, or were cancelled) leave closed senders behind.
-        queue.waiting.retain(|w| !w.is_closed());
-        queue.waiting.push_back(tx);
+        self.listeners().insert(waiter.to_owned(), tx);
         rx
     }
 
-    /// A release of `name` by `token` was heard: wake the first live waiter, once per release.
-    fn released(&self, name: &str, token: &str) {
-        let mut queues = self.queues();
-        let Some(queue) = queues.get_mut(name) else {
-            return;
-        };
-        if queue.recent.iter().any(|t| t == token) {
-            return;
-        }
-        if queue.recent.len() == RECENT_RELEASES {
-            queue.recent.pop_front();
-        }
-        queue.recent.push_back(token.to_owned());
-        while let Some(waiter) = queue.waiting.pop_front() {
-            if waiter.send(()).is_ok() {
-                break;
-            }
-        }
-        if queue.waiting.is_empty() {
-            queues.remove(name);
+    /// The waiter is done waiting (it has the lock, gave up, or was cancelled).
+    pub(crate) fn forget(&self, waiter: &str) {
+        self.listeners().remove(waiter);
+    }
+
+    /// A master said that `waiter` goes next (after a release, or the departure of the waiter
+    /// before it): wake it if it is listening. One that is not is about to attempt anyway.
+    fn wake(&self, waiter: &str) {
+        if let Some(wake) = self.listeners().remove(waiter) {
+            let _ = wake.send(());
         }
     }
 
@@ -133,7 +135,7 @@ impl Waiters {
     }
 }
 
-/// Keeps one master's pattern subscription up until the client is dropped.
+/// Keeps the client's subscription on one master up until the client is dropped.
 async fn subscription(
     inner: Weak<Inner>,
     node: usize,
@@ -146,13 +148,13 @@ async fn subscription(
             return;
         };
         let client = strong.nodes[node].redis_client().clone();
-        let pattern = format!("{}*", strong.waiters.channel_prefix);
+        let channel = format!("{}{}", strong.waiters.wake_prefix, strong.waiters.client_id);
         let connect_timeout = strong.settings.connect_timeout;
         drop(strong);
         let started = Instant::now();
         let connected = tokio::time::timeout(connect_timeout, async {
             let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.psubscribe(&pattern).await?;
+            pubsub.subscribe(&channel).await?;
             Ok::<_, redis::RedisError>(pubsub)
         })
         .await;
@@ -165,11 +167,7 @@ async fn subscription(
                         message = messages.next() => {
                             let Some(message) = message else { break };
                             let Some(strong) = inner.upgrade() else { return };
-                            let waiters = &strong.waiters;
-                            if let Some(name) = message.get_channel_name().strip_prefix(&waiters.channel_prefix) {
-                                let token = String::from_utf8_lossy(message.get_payload_bytes());
-                                waiters.released(name, &token);
-                            }
+                            strong.waiters.wake(&String::from_utf8_lossy(message.get_payload_bytes()));
                         }
                         changed = alive.changed() => if changed.is_err() { return },
                     }
@@ -197,34 +195,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_release_wakes_one_waiter_once_in_arrival_order() {
+    fn a_wake_reaches_only_the_named_waiter() {
         let waiters = Waiters::new("p:");
-        assert_eq!(waiters.channel("job"), "p:released:job");
-        let mut first = waiters.enqueue("job");
-        let mut second = waiters.enqueue("job");
-        let mut other = waiters.enqueue("other");
-        waiters.released("job", "t1");
-        // Heard again from another master: no second wake.
-        waiters.released("job", "t1");
+        assert_eq!(waiters.wake_prefix(), "p:wake:");
+        let (a, b) = (waiters.new_waiter(), waiters.new_waiter());
+        assert_ne!(a, b);
+        assert_eq!(a.split_once('.').map(|(c, _)| c), Some(&*waiters.client_id));
+        let mut first = waiters.listen("w1");
+        let mut second = waiters.listen("w2");
+        waiters.wake("w1");
         assert!(first.try_recv().is_ok());
-        assert!(second.try_recv().is_err());
-        assert!(other.try_recv().is_err());
-        waiters.released("job", "t2");
-        assert!(second.try_recv().is_ok());
+        assert!(second.try_recv().is_err(), "only the named waiter wakes");
+        // Another master announcing the same release, before the waiter listens again: it is
+        // attempting anyway. After it listens again: woken again, to retry.
+        waiters.wake("w1");
+        let mut again = waiters.listen("w1");
+        assert!(again.try_recv().is_err());
+        waiters.wake("w1");
+        assert!(again.try_recv().is_ok());
     }
 
     #[test]
-    fn waiters_that_left_are_skipped() {
+    fn waiters_that_left_are_forgotten() {
         let waiters = Waiters::new("p:");
-        let gone = waiters.enqueue("job");
-        let mut next = waiters.enqueue("job");
-        drop(gone);
-        waiters.released("job", "t1");
-        assert!(
-            next.try_recv().is_ok(),
-            "the wake passed over the waiter that left"
-        );
-        // Nobody waits any more: the queue is gone, and memory with it.
-        assert!(waiters.queues().is_empty());
+        let _rx = waiters.listen("w1");
+        waiters.forget("w1");
+        // Named after it left (another client's master still had its place): nothing to wake.
+        waiters.wake("w1");
+        assert!(waiters.listeners().is_empty());
     }
 }

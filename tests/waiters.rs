@@ -196,3 +196,179 @@ async fn no_waiter_starves_in_a_thirty_second_contended_run() {
         );
     }
 }
+
+/// Whether a node has any waiting place left for `name`.
+async fn queue_exists(nodes: &redquorum::dev::LocalNodes, i: usize, name: &str) -> bool {
+    let mut conn = common::raw(nodes, i).await;
+    let n: i64 = redis::cmd("EXISTS")
+        .arg(format!("redquorum:queue:{name}"))
+        .arg(format!("redquorum:queue-lapse:{name}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    n > 0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_of_different_clients_take_turns_in_arrival_order() {
+    const WAITERS: usize = 4;
+    let nodes = common::nodes(5);
+    let holder = common::client(&nodes);
+    let lock = holder
+        .try_acquire("turns", &common::opts(30_000))
+        .await
+        .unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for w in 0..WAITERS {
+        // Each its own client, and a fallback poll far slower than the whole test: only the
+        // queue on the masters and its wake-ups can hand the lock on, in order.
+        let client = common::client(&nodes);
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let opts = slow_poller(
+                Duration::from_secs(5),
+                Duration::from_secs(20),
+                Duration::from_secs(10),
+            );
+            let lock = client.acquire("turns", &opts).await.unwrap();
+            order.lock().unwrap().push(w);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            lock.release().await.unwrap();
+        }));
+        // Far enough apart that arrival order is unambiguous.
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(5), t)
+            .await
+            .expect("a waiter was never handed the lock")
+            .unwrap();
+    }
+    let took = released.elapsed();
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    // Four turns of 20 ms, each handed on by a wake-up; one missed wake would cost 10 s.
+    assert!(
+        took < Duration::from_secs(2),
+        "the four turns took {took:?}"
+    );
+    // Every place was taken off the queues as its waiter got the lock.
+    for i in 0..5 {
+        assert!(
+            common::eventually(Duration::from_secs(1), || async {
+                !queue_exists(&nodes, i, "turns").await
+            })
+            .await,
+            "node {i} still has a queue"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_place_left_by_a_dead_waiter_lapses() {
+    let nodes = common::nodes(3);
+    let client = common::client(&nodes);
+    // A waiter that queued and died: its place lapses 800 ms from now on every node.
+    for i in 0..3 {
+        let mut conn = common::raw(&nodes, i).await;
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+        let lapses = secs * 1000 + micros / 1000 + 800;
+        let _: () = redis::pipe()
+            .cmd("ZADD")
+            .arg("redquorum:queue:lapsing")
+            .arg(0)
+            .arg("0123456789abcdef.0")
+            .ignore()
+            .cmd("HSET")
+            .arg("redquorum:queue-lapse:lapsing")
+            .arg("0123456789abcdef.0")
+            .arg(lapses)
+            .ignore()
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    let started = Instant::now();
+    // The lock is free, but promised to the earlier waiter: a caller that does not wait is
+    // refused, and nothing is written.
+    match client.try_acquire("lapsing", &common::opts(5_000)).await {
+        Err(redquorum::Error::Contended {
+            holders, reserved, ..
+        }) => {
+            assert!(holders.is_empty(), "{holders:?}");
+            // Refused by a quorum: the vote may be decided before the last node answers.
+            assert!(reserved.len() >= 2, "{reserved:?}");
+        }
+        other => panic!("expected Contended, got {other:?}"),
+    }
+    for i in 0..3 {
+        assert_eq!(common::stored_token(&nodes, i, "lapsing").await, None);
+    }
+    // A caller that waits gets the lock once the place has lapsed, not before.
+    let lock = client
+        .acquire(
+            "lapsing",
+            &slow_poller(
+                Duration::from_secs(5),
+                Duration::from_secs(10),
+                Duration::from_millis(100),
+            ),
+        )
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(700),
+        "taken after {took:?}, before the place lapsed"
+    );
+    assert!(took < Duration::from_secs(3), "taken only after {took:?}");
+    lock.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_passes_its_turn_on() {
+    let nodes = common::nodes(3);
+    let holder = common::client(&nodes);
+    // The holder vanishes without a release: its lock just expires, and nobody is woken.
+    let lock = holder
+        .try_acquire("giving-up", &common::opts(400))
+        .await
+        .unwrap();
+    let slow = slow_poller(
+        Duration::from_secs(5),
+        Duration::from_secs(20),
+        Duration::from_secs(10),
+    );
+    let first = {
+        let client = common::client(&nodes);
+        let slow = slow.clone();
+        tokio::spawn(async move { client.acquire("giving-up", &slow).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = {
+        let client = common::client(&nodes);
+        tokio::spawn(async move { client.acquire("giving-up", &slow).await })
+    };
+    drop(lock);
+    // The lock is free now, and the first waiter's turn; both sleep out a 10-second poll.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for i in 0..3 {
+        assert_eq!(common::stored_token(&nodes, i, "giving-up").await, None);
+    }
+    let gave_up = Instant::now();
+    first.abort();
+    let second = tokio::time::timeout(Duration::from_secs(3), second)
+        .await
+        .expect("the turn was not passed on")
+        .unwrap()
+        .unwrap();
+    let took = gave_up.elapsed();
+    second.release().await.unwrap();
+    assert!(
+        first.await.unwrap_err().is_cancelled(),
+        "the first waiter was not cancelled while waiting"
+    );
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}

@@ -56,8 +56,9 @@ impl From<Error> for ApiError {
         let message = error.to_string();
         match error {
             Error::InvalidArgument { field, .. } => ApiError::bad_request(&format!("invalid_{field}"), message),
-            Error::Contended { holders, total, .. } => ApiError::new(StatusCode::CONFLICT, "contended", message)
+            Error::Contended { holders, reserved, total, .. } => ApiError::new(StatusCode::CONFLICT, "contended", message)
                 .with("holders", json!(holders.len()))
+                .with("reserved", json!(reserved.len()))
                 .with("nodes", json!(total)),
             Error::NotHeld { .. } => ApiError::new(StatusCode::CONFLICT, "not_held", message),
             Error::LockLost { .. } => ApiError::new(StatusCode::CONFLICT, "lock_lost", message),
