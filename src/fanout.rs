@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use tokio::task::JoinHandle;
 
 use crate::error::{NodeFailureKind, Operation};
 use crate::node::Node;
@@ -57,7 +58,7 @@ where
                 let decision = decide(i, &answer);
                 answers[i] = Some(answer);
                 if decision != Decision::Pending {
-                    finish_in_background(pending, deadline);
+                    let _ = finish_in_background(pending, deadline);
                     break;
                 }
             }
@@ -79,14 +80,19 @@ where
 
 /// Sends `call` to every node and returns without waiting for the answers, which are awaited
 /// in the background until `deadline` (see [`finish_in_background`]: each command is sent
-/// before this returns, when its connection is up).
-pub(crate) fn send_and_detach<F, Fut>(nodes: usize, deadline: Instant, call: F)
+/// before this returns, when its connection is up). The handle, when there is one, finishes
+/// when every answer is in or the deadline has passed.
+pub(crate) fn send_and_detach<F, Fut>(
+    nodes: usize,
+    deadline: Instant,
+    call: F,
+) -> Option<JoinHandle<()>>
 where
     F: Fn(usize) -> Fut,
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
-    finish_in_background((0..nodes).map(call).collect(), deadline);
+    finish_in_background((0..nodes).map(call).collect(), deadline)
 }
 
 /// Drives the stragglers of a decided vote to their answers, for at most until `deadline`.
@@ -96,7 +102,10 @@ where
 /// node refuses at once) may leave futures that have not sent their command yet; sending it
 /// later, from the background task, would put it behind whatever the caller sends next (the
 /// cleanup release of a failed attempt), and a grant would land after its own release.
-fn finish_in_background<S>(mut stragglers: FuturesUnordered<S>, deadline: Instant)
+fn finish_in_background<S>(
+    mut stragglers: FuturesUnordered<S>,
+    deadline: Instant,
+) -> Option<JoinHandle<()>>
 where
     S: Future + Send + 'static,
     S::Output: Send,
@@ -104,15 +113,14 @@ where
     let mut cx = Context::from_waker(futures::task::noop_waker_ref());
     while let Poll::Ready(Some(_)) = stragglers.poll_next_unpin(&mut cx) {}
     if stragglers.is_empty() {
-        return;
+        return None;
     }
     // Without a runtime there is nothing to drive them; their keys expire at the TTL.
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            let drain = stragglers.for_each(|_| async {});
-            let _ = tokio::time::timeout_at(deadline.into(), drain).await;
-        });
-    }
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    Some(runtime.spawn(async move {
+        let drain = stragglers.for_each(|_| async {});
+        let _ = tokio::time::timeout_at(deadline.into(), drain).await;
+    }))
 }
 
 /// A [`fan_out`] that counts votes: an answer `Ok(v)` is a yes when `grants(&v)`, a no

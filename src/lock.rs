@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use rand::TryRng;
+use tokio::task::JoinHandle;
 use tracing::{Instrument, debug, debug_span};
 
 use crate::client::{Client, Keys};
@@ -230,7 +231,12 @@ impl Client {
                 // script resent after NOSCRIPT), and must then find nothing of its own to
                 // delete rather than this attempt's grant.
                 let token: Arc<str> = new_token()?.into();
-                let Refused { error, split, took } = match self
+                let Refused {
+                    error,
+                    split,
+                    took,
+                    released,
+                } = match self
                     .attempt(name, &keys, &token, queued.as_mut(), opts)
                     .instrument(debug_span!("attempt", attempt))
                     .await
@@ -250,6 +256,13 @@ impl Client {
                 };
                 let now = Instant::now();
                 if now >= wait_until {
+                    // Giving up: wait (at most the per-node deadline) for this attempt's grants
+                    // to be released, so that a failed acquire leaves nothing behind on the
+                    // nodes that answered. Earlier attempts' releases went ahead of this
+                    // attempt on the same connections, so where it was answered they are done.
+                    if let Some(released) = released {
+                        let _ = released.await;
+                    }
                     return Err(error);
                 }
                 if split {
@@ -323,6 +336,7 @@ impl Client {
             error,
             split: false,
             took: attempt_started.elapsed(),
+            released: None,
         };
         let mut proposal = self.propose(0).map_err(refused)?;
         let mut round = 0;
@@ -419,7 +433,7 @@ impl Client {
         // A node that refused ("held by another", "another waiter first") has nothing of ours;
         // every other node may. No need to wait: the next attempt queues behind these on every
         // connection.
-        self.release_in_background(keys, token, |i| {
+        let released = self.release_in_background(keys, token, |i| {
             !matches!(
                 answers[i],
                 Some(Ok(AcquireReply::Held(..) | AcquireReply::Reserved))
@@ -430,6 +444,7 @@ impl Client {
             error,
             split,
             took: attempt_started.elapsed(),
+            released,
         })
     }
 
@@ -612,7 +627,7 @@ impl Client {
         keys: &Arc<Keys>,
         token: &Arc<str>,
         which: impl Fn(usize) -> bool,
-    ) {
+    ) -> Option<JoinHandle<()>> {
         let deadline = Instant::now() + self.inner.settings.node_timeout;
         send_and_detach(self.inner.nodes.len(), deadline, |i| {
             let (inner, keys, token) = (self.inner.clone(), keys.clone(), token.clone());
@@ -624,7 +639,7 @@ impl Client {
                     debug!(node = inner.nodes[i].addr(), answer = ?answer, "release");
                 }
             }
-        });
+        })
     }
 }
 
@@ -643,7 +658,8 @@ impl Drop for ReleaseOnDrop<'_> {
         }
         // Without a runtime the answers are not awaited, and grants not reached expire at
         // their TTL.
-        self.client
+        let _ = self
+            .client
             .release_in_background(self.keys, self.token, |_| true);
     }
 }
@@ -713,7 +729,7 @@ impl Drop for Queued<'_> {
         // Giving the place up also passes the turn on where the lock is free: this waiter may
         // have been woken for a release it will not use.
         let deadline = Instant::now() + inner.settings.node_timeout;
-        send_and_detach(inner.nodes.len(), deadline, |i| {
+        let _ = send_and_detach(inner.nodes.len(), deadline, |i| {
             let (inner, keys, waiter) =
                 (inner.clone(), self.keys.clone(), self.place.waiter.clone());
             let selected = self.maybe_on[i];
@@ -737,6 +753,8 @@ struct Refused {
     split: bool,
     /// How long the attempt took.
     took: Duration,
+    /// The release of the attempt's grants, finishing in the background.
+    released: Option<JoinHandle<()>>,
 }
 
 /// Whether the votes were split: nobody on a quorum of the answers, and evidence that several

@@ -10,7 +10,18 @@ async fn bench_reports_every_figure_and_no_violation() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("bench.jsonl");
     let out = tokio::process::Command::new(BIN)
-        .args(["bench", "--pairs", "100", "--seconds", "1", "--json"])
+        // On one thread: the whole benchmark, the HTTP service included, runs on a
+        // current-thread runtime (the other CLI tests use the default one).
+        .args([
+            "--threads",
+            "1",
+            "bench",
+            "--pairs",
+            "100",
+            "--seconds",
+            "1",
+            "--json",
+        ])
         .arg(&json)
         .stdin(Stdio::null())
         .output()
@@ -54,4 +65,19 @@ async fn bench_reports_every_figure_and_no_violation() {
         find("mutual-exclusion violations")["value"].as_f64(),
         Some(0.0)
     );
+}
+
+#[tokio::test]
+async fn an_absurd_thread_count_is_refused_before_anything_runs() {
+    let out = tokio::process::Command::new(BIN)
+        .args(["--threads", "5000", "bench"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--threads"), "{stderr}");
+    // Refused at parsing: no masters were started, no table printed.
+    assert!(out.stdout.is_empty());
 }

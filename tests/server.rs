@@ -193,6 +193,7 @@ async fn contention_wrong_tokens_and_waits_over_a_socket() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "contended");
     assert!(body["holders"].as_u64().unwrap() >= 2);
+    assert_eq!(body["reserved"], 0, "{body}");
     let started = Instant::now();
     let r = http
         .post(url("/v1/locks/shared"))

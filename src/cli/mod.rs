@@ -38,6 +38,12 @@ pub(crate) struct Cli {
     #[arg(long, value_enum, default_value_t = LogFormat::Human, global = true)]
     pub(crate) log_format: LogFormat,
 
+    /// Worker threads of the async runtime: 0 for one per CPU; 1 runs everything on one
+    /// thread, which is faster when the masters share the machine's few cores.
+    #[arg(long, env = "REDQUORUM_THREADS", default_value_t = 0, global = true,
+          value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub(crate) threads: u16,
+
     #[command(subcommand)]
     command: Command,
 }
