@@ -68,40 +68,56 @@ impl Figure {
     }
 }
 
-/// Collects figures against a floor.
+/// How a figure relates to the floor.
+#[derive(Clone, Copy)]
+enum Scale {
+    Latency,
+    Rate,
+    Plain,
+}
+
+/// Collects figures; their ratios are worked out at the end, against the floor of the whole run.
+#[derive(Default)]
 struct Report {
-    floor_us: f64,
-    figures: Vec<Figure>,
+    figures: Vec<(Figure, Scale)>,
 }
 
 impl Report {
-    fn latency(&mut self, name: impl Into<String>, us: f64) {
-        let ratio = Some(us / self.floor_us);
-        self.figures.push(Figure {
-            name: name.into(),
-            value: us,
-            unit: "µs",
-            ratio,
-        });
-    }
-
-    fn rate(&mut self, name: impl Into<String>, per_second: f64, unit: &'static str) {
-        let ratio = Some(per_second * self.floor_us / 1e6);
-        self.figures.push(Figure {
-            name: name.into(),
-            value: per_second,
-            unit,
-            ratio,
-        });
-    }
-
-    fn plain(&mut self, name: impl Into<String>, value: f64, unit: &'static str) {
-        self.figures.push(Figure {
+    fn push(&mut self, name: impl Into<String>, value: f64, unit: &'static str, scale: Scale) {
+        let figure = Figure {
             name: name.into(),
             value,
             unit,
             ratio: None,
-        });
+        };
+        self.figures.push((figure, scale));
+    }
+
+    fn latency(&mut self, name: impl Into<String>, us: f64) {
+        self.push(name, us, "µs", Scale::Latency);
+    }
+
+    fn rate(&mut self, name: impl Into<String>, per_second: f64, unit: &'static str) {
+        self.push(name, per_second, unit, Scale::Rate);
+    }
+
+    fn plain(&mut self, name: impl Into<String>, value: f64, unit: &'static str) {
+        self.push(name, value, unit, Scale::Plain);
+    }
+
+    /// The figures with their ratios to `floor_us`.
+    fn finish(self, floor_us: f64) -> Vec<Figure> {
+        self.figures
+            .into_iter()
+            .map(|(mut figure, scale)| {
+                figure.ratio = match scale {
+                    Scale::Latency => Some(figure.value / floor_us),
+                    Scale::Rate => Some(figure.value * floor_us / 1e6),
+                    Scale::Plain => None,
+                };
+                figure
+            })
+            .collect()
     }
 }
 
@@ -123,18 +139,18 @@ pub async fn run(
         Some(nodes) => nodes.urls(),
         None => opts.nodes.clone(),
     };
-    let floor_us = floor(&urls[0], opts.pairs).await?;
-    let mut report = Report {
-        floor_us,
-        figures: Vec::new(),
-    };
-    report.latency("floor: one SET round trip on one master, p50", floor_us);
+    // The floor is read before every benchmark, and the median of those readings is what
+    // every ratio is taken against: on a shared machine one reading can be far off the others
+    // (the scheduler placing client and master on the same core, or on idle ones).
+    let mut floors = Vec::new();
+    let mut report = Report::default();
 
     let five = client(&urls)?;
     // N = 3 (the first three masters) and N = all of them.
     let mut sizes = vec![3.min(urls.len()), urls.len()];
     sizes.dedup();
     for n in sizes {
+        floors.push(floor(&urls[0], opts.pairs).await?);
         let c = client(&urls[..n])?;
         let u = uncontended(&c, opts.pairs).await?;
         report.rate(
@@ -152,6 +168,7 @@ pub async fn run(
         );
     }
 
+    floors.push(floor(&urls[0], opts.pairs).await?);
     let t = throughput(&five, opts.tasks, opts.throughput_for).await?;
     report.rate(
         format!(
@@ -169,6 +186,7 @@ pub async fn run(
     );
     let mut violations = t.violations;
 
+    floors.push(floor(&urls[0], opts.pairs).await?);
     let h = handoff(&urls, opts.workers, opts.critical_section, opts.handoff_for).await?;
     let label = format!(
         "contended N={}: {} workers, one name, {:?} sections",
@@ -190,6 +208,7 @@ pub async fn run(
     );
     violations += h.violations;
 
+    floors.push(floor(&urls[0], opts.pairs).await?);
     let http = http(&five, opts.pairs.min(2000)).await?;
     report.rate(
         format!(
@@ -219,7 +238,37 @@ pub async fn run(
         "count",
     );
     drop(local);
-    Ok(report.figures)
+    floors.sort_by(f64::total_cmp);
+    let (Some(&floor_us), Some(&lowest), Some(&highest)) =
+        (floors.get(floors.len() / 2), floors.first(), floors.last())
+    else {
+        return Err("no floor reading was taken".into());
+    };
+    let mut figures = vec![
+        Figure {
+            name: format!(
+                "floor: one SET round trip on one master, p50 (median of {} readings)",
+                floors.len()
+            ),
+            value: floor_us,
+            unit: "µs",
+            ratio: Some(1.0),
+        },
+        Figure {
+            name: "floor: lowest reading".to_owned(),
+            value: lowest,
+            unit: "µs",
+            ratio: Some(lowest / floor_us),
+        },
+        Figure {
+            name: "floor: highest reading".to_owned(),
+            value: highest,
+            unit: "µs",
+            ratio: Some(highest / floor_us),
+        },
+    ];
+    figures.extend(report.finish(floor_us));
+    Ok(figures)
 }
 
 fn client(urls: &[String]) -> Result<Client, Error> {
