@@ -1,15 +1,18 @@
 -- Take a lock on this node if it is free, with a fencing token above every earlier one, in
 -- the order waiters queued for it.
 -- KEYS[1]: lock key. KEYS[2]: the name's fencing counter (no expiry). KEYS[3]: the waiters'
--- queue (sorted set of waiter ids, by priority). KEYS[4]: when each queued place lapses (hash
--- of waiter id to this node's time in milliseconds).
+-- queue (sorted set of waiter ids, by priority). KEYS[4]: each queued place's terms (hash of
+-- waiter id to '<lapse> <token> <ttl> <proposal>': when the place lapses, in this node's
+-- milliseconds, and the attempt it came from, on whose terms a release may hand the lock
+-- straight over; see release.lua).
 -- ARGV[1]: holder token. ARGV[2]: TTL in milliseconds. ARGV[3]: proposed fencing token.
 -- ARGV[4]: the caller's waiter id, or '' for a caller that does not wait. ARGV[5]: its
 -- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds.
 -- Returns {1, fence} when granted; {0, pttl, holder's fence} when another token holds the
 -- lock (the fence names the holder without giving its token away, so that a client can tell
 -- one holder from a split vote); {2, counter} when the proposal is not above this node's
--- counter (propose higher); {3} when the lock is free but an earlier waiter goes first.
+-- counter (propose higher); {3} when the lock is free but an earlier waiter goes first;
+-- {4, token, fence} when a release handed the lock to the calling waiter (see release.lua).
 --
 -- Granting only above the counter, and raising the counter in the same script, is what makes
 -- fencing tokens grow in the order acquisitions happen: any two quorums share a node, and
@@ -34,7 +37,8 @@ local function first_waiter()
       return nil
     end
     now = now or now_ms()
-    if tonumber(redis.call('HGET', KEYS[4], first) or '0') > now then
+    local terms = redis.call('HGET', KEYS[4], first) or '0'
+    if tonumber(string.match(terms, '^%d+') or '0') > now then
       return first
     end
     redis.call('ZREM', KEYS[3], first)
@@ -49,7 +53,8 @@ local function queue_caller()
   end
   local life = tonumber(ARGV[6])
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
-  redis.call('HSET', KEYS[4], ARGV[4], now_ms() + life)
+  redis.call('HSET', KEYS[4], ARGV[4],
+    string.format('%d %s %s %s', now_ms() + life, ARGV[1], ARGV[2], ARGV[3]))
   -- The queue lasts as long as its longest-lived place.
   if redis.call('PTTL', KEYS[3]) < life then
     redis.call('PEXPIRE', KEYS[3], life)
@@ -59,6 +64,11 @@ end
 
 local current = redis.call('GET', KEYS[1])
 if current and current ~= ARGV[1] then
+  -- A release handed the lock to this very waiter (release.lua), whose message may have been
+  -- lost: say so, with the lock's token and fencing token, instead of refusing.
+  if ARGV[4] ~= '' and string.sub(current, 1, #ARGV[4] + 1) == ARGV[4] .. '/' then
+    return {4, current, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  end
   queue_caller()
   return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0')}
 end

@@ -1,5 +1,5 @@
 -- Give up a waiter's place in the queue; if the lock is free, wake the waiter now first.
--- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its lapse times (as in
+-- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
 -- acquire.lua). ARGV[1]: the waiter id. ARGV[2]: the prefix of the wake channels (as in
 -- release.lua).
 -- Returns 1 when the waiter had a place here, 0 otherwise.
@@ -16,7 +16,8 @@ if removed == 1 and redis.call('EXISTS', KEYS[1]) == 0 then
     if not first then
       break
     end
-    if tonumber(redis.call('HGET', KEYS[3], first) or '0') > now then
+    local terms = redis.call('HGET', KEYS[3], first) or '0'
+    if tonumber(string.match(terms, '^%d+') or '0') > now then
       redis.call('PUBLISH', ARGV[2] .. string.match(first, '^[^.]*'), first)
       break
     end

@@ -1,14 +1,28 @@
--- Delete a lock, only if this token holds it (compare-and-delete), and wake the waiter whose
--- turn it is.
--- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its lapse times (as in
--- acquire.lua). ARGV[1]: holder token. ARGV[2]: the prefix of the wake channels, or '' to
--- stay silent (cleaning up after a failed attempt is no release worth waking anyone for).
--- A waiter id is '<client id>.<n>'; the waiter is woken on ARGV[2] .. '<client id>'.
+-- Delete a lock, only if this token holds it (compare-and-delete), and hand it to the waiter
+-- whose turn it is, or at least wake that waiter.
+-- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
+-- acquire.lua). KEYS[4]: the name's fencing counter. ARGV[1]: holder token. ARGV[2]: the
+-- prefix of the wake channels, or '' to stay silent (cleaning up after a failed attempt is no
+-- release worth waking anyone for). ARGV[3]: the released lock's fencing token, or 0 if
+-- unknown.
+-- A waiter id is '<client id>.<n>'; its client hears on ARGV[2] .. '<client id>'.
 -- Returns 1 when deleted, 0 when the key was already gone, -1 when another token holds it
 -- (nothing is changed then).
 --
--- Only the first waiter is named, so only it retries: waking every waiter would send all of
--- them at the nodes for a lock only the first may take.
+-- Only the first waiter is named, so only it acts: waking every waiter would send all of them
+-- at the nodes for a lock only the first may take. Where it can, the release takes the lock
+-- for that waiter on the terms of its last refused attempt, exactly as that attempt would
+-- have: its TTL, a fencing token above this node's counter, which it raises, and a token made
+-- of the waiter id, '/' and the attempt's token (so that no cleanup of the attempt can touch
+-- it, and so that the waiter's next attempt can tell the lock is its own even if this
+-- message is lost). The fencing token is
+-- the larger of the attempt's proposal and the released lock's plus one, the same on every
+-- node of this release, so that a quorum of them grants one value. The message then reads
+-- '<waiter id> <token> <fence> <lock key>', and the waiter holds the lock once a quorum has
+-- said so (a client whose waiter is gone releases it: the key says which lock),
+-- counting its validity from the start of that attempt, which came before any of the grants.
+-- Otherwise (no terms, or the fencing token would not be above the counter) the message is
+-- just '<waiter id>', and the waiter tries at once.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   redis.call('DEL', KEYS[1])
@@ -20,8 +34,24 @@ if current == ARGV[1] then
       if not first then
         break
       end
-      if tonumber(redis.call('HGET', KEYS[3], first) or '0') > now then
-        redis.call('PUBLISH', ARGV[2] .. string.match(first, '^[^.]*'), first)
+      local terms = redis.call('HGET', KEYS[3], first) or '0'
+      local lapse, token, ttl, proposal = string.match(terms, '^(%d+) (%S+) (%d+) (%d+)$')
+      if tonumber(lapse or string.match(terms, '^%d+') or '0') > now then
+        local channel = ARGV[2] .. string.match(first, '^[^.]*')
+        local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+        local fence = math.max(tonumber(proposal or '0'), tonumber(ARGV[3]) + 1)
+        -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
+        if token and fence > counter and fence <= 9007199254740991 then
+          fence = string.format('%d', fence)
+          redis.call('SET', KEYS[4], fence)
+          token = first .. '/' .. token
+          redis.call('SET', KEYS[1], token, 'PX', ttl)
+          redis.call('ZREM', KEYS[2], first)
+          redis.call('HDEL', KEYS[3], first)
+          redis.call('PUBLISH', channel, first .. ' ' .. token .. ' ' .. fence .. ' ' .. KEYS[1])
+        else
+          redis.call('PUBLISH', channel, first)
+        end
         break
       end
       redis.call('ZREM', KEYS[2], first)

@@ -23,19 +23,25 @@ pub(crate) struct Keys {
     pub(crate) fence: String,
     /// `{prefix}queue:{name}`: waiter ids by priority.
     pub(crate) queue: String,
-    /// `{prefix}queue-lapse:{name}`: when each waiter's place lapses.
-    pub(crate) lapse: String,
+    /// `{prefix}queue-terms:{name}`: when each waiter's place lapses, and on what terms a
+    /// release may hand the lock to it.
+    pub(crate) terms: String,
 }
 
 impl Keys {
     /// The keys of the acquire script.
     pub(crate) fn for_acquire(&self) -> [&str; 4] {
-        [&self.lock, &self.fence, &self.queue, &self.lapse]
+        [&self.lock, &self.fence, &self.queue, &self.terms]
     }
 
-    /// The keys of the release and dequeue scripts.
-    pub(crate) fn for_release(&self) -> [&str; 3] {
-        [&self.lock, &self.queue, &self.lapse]
+    /// The keys of the release script.
+    pub(crate) fn for_release(&self) -> [&str; 4] {
+        [&self.lock, &self.queue, &self.terms, &self.fence]
+    }
+
+    /// The keys of the dequeue script.
+    pub(crate) fn for_dequeue(&self) -> [&str; 3] {
+        [&self.lock, &self.queue, &self.terms]
     }
 }
 
@@ -177,7 +183,7 @@ impl Client {
             lock: format!("{prefix}lock:{name}"),
             fence: format!("{prefix}fence:{name}"),
             queue: format!("{prefix}queue:{name}"),
-            lapse: format!("{prefix}queue-lapse:{name}"),
+            terms: format!("{prefix}queue-terms:{name}"),
         }))
     }
 

@@ -248,6 +248,7 @@ impl Lock {
             name: name.clone(),
             keys,
             token: token.clone(),
+            fence,
             ttl,
             opts,
             status: status_tx,
@@ -403,6 +404,8 @@ struct Renewal {
     name: Arc<str>,
     keys: Arc<Keys>,
     token: Arc<str>,
+    /// The lock's fencing token: a release hands the lock to a waiter above it.
+    fence: u64,
     ttl: Duration,
     opts: RenewOptions,
     status: watch::Sender<GuardStatus>,
@@ -531,7 +534,7 @@ impl Renewal {
         let result = match self.client.upgrade() {
             Some(inner) => {
                 Client { inner }
-                    .release_key(&self.name, &self.keys, &self.token)
+                    .release_key(&self.name, &self.keys, &self.token, self.fence)
                     .await
             }
             None => Err(Error::invalid(

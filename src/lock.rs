@@ -1,5 +1,6 @@
 //! Acquire, extend and release on a quorum, and the [`Lock`] handle a holder keeps.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -16,6 +17,7 @@ use crate::fanout::{Answer, send_and_detach, vote};
 use crate::metrics::HeldGauge;
 use crate::node::{AcquireReply, Node, Place, ReleaseReply};
 use crate::quorum::{Decision, validity};
+use crate::waiters::Grant;
 
 /// Bytes of OS randomness in a holder token (hex-encoded, so tokens are 32 characters).
 const TOKEN_BYTES: usize = 16;
@@ -28,6 +30,10 @@ const SPLIT_RETRY_SPREAD: Duration = Duration::from_millis(2);
 
 /// Stale proposals answered at once before an attempt counts as failed.
 const MAX_PROPOSAL_ROUNDS: u32 = 4;
+
+/// Attempts whose terms a waiter remembers. A node keeps only the latest refused attempt's
+/// terms, and only for the place's life; a grant on older terms is given back.
+const ATTEMPTS_KEPT: usize = 32;
 
 /// Bounds on how long a node keeps a waiter's place in the queue without hearing from it.
 const PLACE_LIFE_MIN: Duration = Duration::from_millis(100);
@@ -172,7 +178,7 @@ impl Lock {
     /// As [`Client::release_token`]. A lock that has already expired is released successfully.
     pub async fn release(self) -> Result<()> {
         self.client
-            .release_key(&self.name, &self.keys, &self.token)
+            .release_key(&self.name, &self.keys, &self.token, self.fence)
             .await
     }
 }
@@ -224,6 +230,11 @@ impl Client {
             let mut attempt = 0u32;
             loop {
                 attempt += 1;
+                if let Some(q) = queued.as_mut() {
+                    if let Some(lock) = self.handed_over(name, q, opts).await {
+                        return Ok(lock);
+                    }
+                }
                 // Listening before the attempt: a release during it wakes us right after.
                 let woken = queued.as_ref().map(|q| waiters.listen(&q.place.waiter));
                 // A fresh token for every attempt: the previous attempt's cleanup may reach a
@@ -231,17 +242,28 @@ impl Client {
                 // script resent after NOSCRIPT), and must then find nothing of its own to
                 // delete rather than this attempt's grant.
                 let token: Arc<str> = new_token()?.into();
+                if let Some(q) = queued.as_mut() {
+                    q.tried(&token);
+                }
                 let Refused {
                     error,
                     split,
                     took,
                     released,
+                    handed_over,
                 } = match self
                     .attempt(name, &keys, &token, queued.as_mut(), opts)
                     .instrument(debug_span!("attempt", attempt))
                     .await
                 {
                     Ok((valid_until, fence)) => {
+                        if let Some(q) = &queued {
+                            // Handed over on some nodes too, too late: not this lock.
+                            let grants = waiters.take_grants(&q.place.waiter);
+                            if !grants.is_empty() {
+                                let _ = self.release_grants(&keys, grants, false);
+                            }
+                        }
                         return Ok(Lock::new(
                             self,
                             name,
@@ -264,6 +286,10 @@ impl Client {
                         let _ = released.await;
                     }
                     return Err(error);
+                }
+                if handed_over {
+                    // Perhaps on a quorum already: look before anything else.
+                    continue;
                 }
                 if split {
                     // Nobody won: contenders arrived together and split the votes, or the
@@ -305,6 +331,87 @@ impl Client {
         result
     }
 
+    /// The lock, if releases handed it to this waiter on a quorum (see `lua/release.lua`).
+    ///
+    /// Grants come one message per master; after the first, the others are waited for, up to
+    /// the per-node deadline. A lock is only taken with a quorum of one token and fencing token
+    /// from nodes whose votes count, and validity counted from the start of the attempt that
+    /// left those terms on the nodes (the grants came after it). Anything short of that is
+    /// given back before the next attempt, which the waiter, first in line, makes at once.
+    async fn handed_over(
+        &self,
+        name: &str,
+        q: &mut Queued<'_>,
+        opts: &LockOptions,
+    ) -> Option<Lock> {
+        let waiters = &self.inner.waiters;
+        let nodes = &self.inner.nodes;
+        let mut grants = waiters.take_grants(&q.place.waiter);
+        if grants.is_empty() {
+            return None;
+        }
+        let until = Instant::now() + self.inner.settings.node_timeout;
+        let ttl = opts.get_ttl();
+        let drift = self.inner.settings.drift(ttl);
+        loop {
+            if let Some((token, fence)) = quorum_grant(&grants, nodes, self.quorum()) {
+                // The token is `<waiter id>/<attempt token>`.
+                let started = token
+                    .split_once('/')
+                    .and_then(|(_, base)| q.attempts.iter().find(|(t, _)| **t == *base))
+                    .map(|(_, at)| *at);
+                let valid_until = started.map(|at| at + ttl - drift);
+                if let Some(valid_until) = valid_until.filter(|v| {
+                    v.saturating_duration_since(Instant::now()) >= opts.get_min_validity()
+                }) {
+                    waiters.keep(&token);
+                    self.note_fence(fence);
+                    let (ours, others): (Vec<Grant>, Vec<Grant>) = grants
+                        .into_iter()
+                        .partition(|g| g.token == token && g.fence == fence);
+                    for g in &ours {
+                        // The grant took the place off that node's queue.
+                        q.maybe_on[g.node] = false;
+                    }
+                    if !others.is_empty() {
+                        let _ = self.release_grants(&q.keys, others, false);
+                    }
+                    debug!(fence, "the lock was handed over by its release");
+                    return Some(Lock::new(
+                        self,
+                        name,
+                        q.keys.clone(),
+                        token.into(),
+                        fence,
+                        ttl,
+                        valid_until,
+                    ));
+                }
+                break;
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            let woken = waiters.listen(&q.place.waiter);
+            // Grants heard between taking and listening did not wake anyone.
+            let late = waiters.take_grants(&q.place.waiter);
+            if late.is_empty() {
+                tokio::select! {
+                    _ = woken => {}
+                    () = tokio::time::sleep_until(until.into()) => {}
+                }
+            }
+            grants.extend(late);
+            grants.extend(waiters.take_grants(&q.place.waiter));
+        }
+        debug!(
+            grants = grants.len(),
+            "handed over on too few nodes; giving it back"
+        );
+        let _ = self.release_grants(&q.keys, grants, false);
+        None
+    }
+
     /// One attempt: ask every node, count the votes, release on failure. Returns the validity
     /// deadline and the fencing token.
     ///
@@ -337,6 +444,7 @@ impl Client {
             split: false,
             took: attempt_started.elapsed(),
             released: None,
+            handed_over: false,
         };
         let mut proposal = self.propose(0).map_err(refused)?;
         let mut round = 0;
@@ -394,7 +502,11 @@ impl Client {
                     }
                 }
             }
-            let holders = addrs_where(nodes, &answers, |a| matches!(a, Ok(AcquireReply::Held(..))));
+            // A lock handed to this waiter counts as held here: the attempt did not get it,
+            // and the waiter looks at handed-over locks before its next attempt.
+            let holders = addrs_where(nodes, &answers, |a| {
+                matches!(a, Ok(AcquireReply::Held(..) | AcquireReply::HandedOver(..)))
+            });
             let reserved =
                 addrs_where(nodes, &answers, |a| matches!(a, Ok(AcquireReply::Reserved)));
             let stale = answers
@@ -430,13 +542,33 @@ impl Client {
             break (error, answers);
         };
         let split = is_split(&answers, self.quorum());
+        // Locks that releases handed to this waiter, whose messages may have been lost: booked
+        // as if heard.
+        let handed: Vec<Grant> = answers
+            .iter()
+            .enumerate()
+            .filter_map(|(node, a)| match a {
+                Some(Ok(AcquireReply::HandedOver(token, fence))) => Some(Grant {
+                    node,
+                    token: token.to_string(),
+                    fence: *fence,
+                }),
+                _ => None,
+            })
+            .collect();
+        let handed_over = !handed.is_empty();
+        if let Some(q) = &queued {
+            self.inner.waiters.add_grants(&q.place.waiter, handed);
+        }
         // A node that refused ("held by another", "another waiter first") has nothing of ours;
         // every other node may. No need to wait: the next attempt queues behind these on every
         // connection.
         let released = self.release_in_background(keys, token, |i| {
             !matches!(
                 answers[i],
-                Some(Ok(AcquireReply::Held(..) | AcquireReply::Reserved))
+                Some(Ok(AcquireReply::Held(..)
+                    | AcquireReply::Reserved
+                    | AcquireReply::HandedOver(..)))
             )
         });
         cleanup.armed = false;
@@ -445,6 +577,7 @@ impl Client {
             split,
             took: attempt_started.elapsed(),
             released,
+            handed_over,
         })
     }
 
@@ -562,7 +695,7 @@ impl Client {
     pub async fn release_token(&self, name: &str, token: &str) -> Result<()> {
         let keys = self.keys(name)?;
         validate_token(token)?;
-        self.release_key(name, &keys, &token.into()).await
+        self.release_key(name, &keys, &token.into(), 0).await
     }
 
     pub(crate) async fn release_key(
@@ -570,6 +703,7 @@ impl Client {
         name: &str,
         keys: &Arc<Keys>,
         token: &Arc<str>,
+        fence: u64,
     ) -> Result<()> {
         let nodes = &self.inner.nodes;
         let quorum = self.quorum();
@@ -584,7 +718,12 @@ impl Client {
                 let (inner, keys, token) = (self.inner.clone(), keys.clone(), token.clone());
                 async move {
                     inner.nodes[i]
-                        .release(keys.for_release(), &token, inner.waiters.wake_prefix())
+                        .release(
+                            keys.for_release(),
+                            &token,
+                            inner.waiters.wake_prefix(),
+                            fence,
+                        )
                         .await
                 }
             },
@@ -635,8 +774,42 @@ impl Client {
             async move {
                 if selected {
                     // No release channel: the lock was never held, so nobody is woken.
-                    let answer = inner.nodes[i].release(keys.for_release(), &token, "").await;
+                    let answer = inner.nodes[i]
+                        .release(keys.for_release(), &token, "", 0)
+                        .await;
                     debug!(node = inner.nodes[i].addr(), answer = ?answer, "release");
+                }
+            }
+        })
+    }
+}
+
+impl Client {
+    /// Releases locks that releases handed to a waiter of this client, each on its node, without
+    /// waiting for the answers. With `pass_on`, each release hands the lock on to the next
+    /// waiter, as any release does; without, it is silent (the waiter giving them back is next
+    /// in line anyway, and about to try).
+    pub(crate) fn release_grants(
+        &self,
+        keys: &Arc<Keys>,
+        grants: Vec<Grant>,
+        pass_on: bool,
+    ) -> Option<JoinHandle<()>> {
+        let deadline = Instant::now() + self.inner.settings.node_timeout;
+        let grants = Arc::new(grants);
+        send_and_detach(self.inner.nodes.len(), deadline, |i| {
+            let (inner, keys, grants) = (self.inner.clone(), keys.clone(), grants.clone());
+            async move {
+                let channel = if pass_on {
+                    inner.waiters.wake_prefix()
+                } else {
+                    ""
+                };
+                for grant in grants.iter().filter(|g| g.node == i) {
+                    let answer = inner.nodes[i]
+                        .release(keys.for_release(), &grant.token, channel, grant.fence)
+                        .await;
+                    debug!(node = inner.nodes[i].addr(), answer = ?answer, "handoff given back");
                 }
             }
         })
@@ -673,6 +846,9 @@ struct Queued<'a> {
     /// Per node: whether the place may be there. Refusals queue the caller; a grant removes
     /// its place; a node that did not answer may have done either.
     maybe_on: Vec<bool>,
+    /// The latest attempts' tokens, with when each started: the terms a release may hand the
+    /// lock over on.
+    attempts: VecDeque<(Arc<str>, Instant)>,
 }
 
 impl<'a> Queued<'a> {
@@ -703,14 +879,24 @@ impl<'a> Queued<'a> {
                     .clamp(PLACE_LIFE_MIN, PLACE_LIFE_MAX),
             },
             maybe_on: vec![false; client.inner.nodes.len()],
+            attempts: VecDeque::with_capacity(ATTEMPTS_KEPT),
         })
+    }
+
+    /// Books an attempt about to start with `token`.
+    fn tried(&mut self, token: &Arc<str>) {
+        if self.attempts.len() == ATTEMPTS_KEPT {
+            self.attempts.pop_front();
+        }
+        self.attempts.push_back((token.clone(), Instant::now()));
     }
 
     /// Books an attempt's answers.
     fn note(&mut self, answers: &[Option<Answer<AcquireReply>>]) {
         for (on, answer) in self.maybe_on.iter_mut().zip(answers) {
             match answer {
-                Some(Ok(AcquireReply::Granted(_))) => *on = false,
+                // A grant, or a release's handover, takes the place off the queue.
+                Some(Ok(AcquireReply::Granted(_) | AcquireReply::HandedOver(..))) => *on = false,
                 // A stale proposal is answered before the queue is touched.
                 Some(Ok(AcquireReply::Stale(_))) => {}
                 _ => *on = true,
@@ -722,7 +908,12 @@ impl<'a> Queued<'a> {
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         let inner = &self.client.inner;
-        inner.waiters.forget(&self.place.waiter);
+        // Locks handed over to this waiter that it did not take are nobody's: give them back,
+        // passing the turn on.
+        let grants = inner.waiters.forget(&self.place.waiter);
+        if !grants.is_empty() {
+            let _ = self.client.release_grants(&self.keys, grants, true);
+        }
         if !self.maybe_on.contains(&true) {
             return;
         }
@@ -736,7 +927,7 @@ impl Drop for Queued<'_> {
             async move {
                 if selected {
                     let answer = inner.nodes[i]
-                        .dequeue(keys.for_release(), &waiter, inner.waiters.wake_prefix())
+                        .dequeue(keys.for_dequeue(), &waiter, inner.waiters.wake_prefix())
                         .await;
                     debug!(node = inner.nodes[i].addr(), answer = ?answer, "dequeue");
                 }
@@ -755,6 +946,8 @@ struct Refused {
     took: Duration,
     /// The release of the attempt's grants, finishing in the background.
     released: Option<JoinHandle<()>>,
+    /// Some nodes said a release had handed the lock to this waiter.
+    handed_over: bool,
 }
 
 /// Whether the votes were split: nobody on a quorum of the answers, and evidence that several
@@ -788,6 +981,22 @@ fn is_split(answers: &[Option<Answer<AcquireReply>>], quorum: usize) -> bool {
     };
     let contenders = others + usize::from(granted > 0);
     others > 0 && contenders >= 2 && holders.iter().all(|(_, n)| *n < quorum)
+}
+
+/// The token and fencing token that a quorum of distinct nodes, each of whose votes counts,
+/// handed over.
+fn quorum_grant(grants: &[Grant], nodes: &[Node], quorum: usize) -> Option<(String, u64)> {
+    grants.iter().find_map(|candidate| {
+        let mut on: Vec<usize> = grants
+            .iter()
+            .filter(|g| g.token == candidate.token && g.fence == candidate.fence)
+            .map(|g| g.node)
+            .filter(|&i| nodes.get(i).is_some_and(|n| n.vote_counts().is_ok()))
+            .collect();
+        on.sort_unstable();
+        on.dedup();
+        (on.len() >= quorum).then(|| (candidate.token.clone(), candidate.fence))
+    })
 }
 
 /// The addresses of the nodes whose answer matches.

@@ -61,7 +61,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 });
 
 /// A node's answer to an acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
     /// Granted with this fencing token.
     Granted(u64),
@@ -72,6 +72,8 @@ pub(crate) enum AcquireReply {
     Stale(u64),
     /// The lock is free, but an earlier waiter goes first.
     Reserved,
+    /// A release handed the lock to the calling waiter, with this token and fencing token.
+    HandedOver(Arc<str>, u64),
 }
 
 /// A waiting caller's place in a lock's queue on the nodes.
@@ -252,7 +254,7 @@ impl Node {
     }
 
     /// Whether this node's votes count now; the reason when they do not.
-    fn vote_counts(&self) -> std::result::Result<(), NodeFailureKind> {
+    pub(crate) fn vote_counts(&self) -> std::result::Result<(), NodeFailureKind> {
         let health = self.health();
         if self.settings.require_durable && !health.durable() {
             return Err(NodeFailureKind::NotDurable);
@@ -456,6 +458,11 @@ impl Node {
                 ),
                 [Value::Int(2), Value::Int(counter)] => AcquireReply::Stale(non_negative(*counter)),
                 [Value::Int(3)] => AcquireReply::Reserved,
+                [Value::Int(4), Value::BulkString(token), Value::Int(fence)] => {
+                    let token =
+                        std::str::from_utf8(token).map_err(|_| unexpected("acquire", &items))?;
+                    AcquireReply::HandedOver(token.into(), non_negative(*fence))
+                }
                 _ => return Err(unexpected("acquire", &items)),
             },
             other => return Err(unexpected("acquire", &other)),
@@ -491,18 +498,21 @@ impl Node {
         }
     }
 
-    /// Asks the node to delete the lock if `token` holds it, and to wake the first waiter on
-    /// `channel` ('' for none). Keys: the lock, its queue and the queue's lapse times. Counted
-    /// from every node, quarantined or not: a release only ever removes.
+    /// Asks the node to delete the lock if `token` holds it, and to hand it to (or wake) the
+    /// first waiter, whose client hears on `channel` and its id ('' for nobody). `fence` is the
+    /// released lock's fencing token (0 when unknown). Keys: the lock, its queue, the queue's
+    /// terms and the fencing counter. Counted from every node, quarantined or not: a release
+    /// only ever removes.
     pub(crate) async fn release(
         &self,
-        keys: [&str; 3],
+        keys: [&str; 4],
         token: &str,
         channel: &str,
+        fence: u64,
     ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
         let value = self
             .eval(Operation::Release, &SCRIPTS.release, &keys, |c| {
-                c.arg(token).arg(channel);
+                c.arg(token).arg(channel).arg(fence);
             })
             .await?;
         match value {
@@ -514,7 +524,8 @@ impl Node {
     }
 
     /// Gives up `waiter`'s place in the queue, waking the next waiter on `channel` if the lock
-    /// is free. Keys as for [`Node::release`]. Whether the waiter had a place here.
+    /// is free. Keys: the lock, its queue and the queue's terms. Whether the waiter had a place
+    /// here.
     pub(crate) async fn dequeue(
         &self,
         keys: [&str; 3],

@@ -18,9 +18,9 @@
 //! waiter also keeps its jittered retry delay, which is what carries it when a message is lost
 //! or a master's subscription is down.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -32,6 +32,27 @@ use crate::client::Inner;
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
+/// Handoff tokens of locks this client took lately, remembered so that a grant heard after its
+/// waiter finished (from a master slower than the quorum) is known for this client's own lock.
+const KEPT_TOKENS: usize = 256;
+
+/// A lock that a release handed straight to a waiter on one master (see `lua/release.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) node: usize,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+}
+
+/// What a master said to one of this client's waiters.
+#[derive(Debug, Default)]
+struct Listener {
+    /// Fires on the next message, when the waiter is listening.
+    wake: Option<oneshot::Sender<()>>,
+    /// Grants heard and not yet taken by the waiter.
+    grants: Vec<Grant>,
+}
+
 /// The waiters of one client, and its subscriptions.
 #[derive(Debug)]
 pub(crate) struct Waiters {
@@ -40,8 +61,9 @@ pub(crate) struct Waiters {
     /// Random, so that clients that never met do not share waiter ids.
     client_id: String,
     next_waiter: AtomicU64,
-    /// By waiter id: what fires on the next wake of a waiter that is listening.
-    listeners: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    /// By waiter id.
+    listeners: Mutex<HashMap<String, Listener>>,
+    kept: Mutex<VecDeque<String>>,
     /// One flag per master: whether its subscription is confirmed and reading.
     subscribed: OnceLock<Vec<watch::Receiver<bool>>>,
     /// Dropped with the client, which stops the subscription tasks.
@@ -57,6 +79,7 @@ impl Waiters {
             client_id: format!("{:016x}", rand::random::<u64>()),
             next_waiter: AtomicU64::new(0),
             listeners: Mutex::new(HashMap::new()),
+            kept: Mutex::new(VecDeque::new()),
             subscribed: OnceLock::new(),
             _alive: alive_tx,
             alive: alive_rx,
@@ -74,31 +97,77 @@ impl Waiters {
         format!("{}.{n}", self.client_id).into()
     }
 
-    fn listeners(&self) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<()>>> {
+    fn listeners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Listener>> {
         self.listeners
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Listens for the next release that names `waiter`. Listen before each attempt, so that
     /// a release during the attempt is not missed.
     pub(crate) fn listen(&self, waiter: &str) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
-        self.listeners().insert(waiter.to_owned(), tx);
+        self.listeners().entry(waiter.to_owned()).or_default().wake = Some(tx);
         rx
     }
 
-    /// The waiter is done waiting (it has the lock, gave up, or was cancelled).
-    pub(crate) fn forget(&self, waiter: &str) {
-        self.listeners().remove(waiter);
+    /// The grants heard for `waiter` since it last took them.
+    pub(crate) fn take_grants(&self, waiter: &str) -> Vec<Grant> {
+        self.listeners()
+            .get_mut(waiter)
+            .map(|l| std::mem::take(&mut l.grants))
+            .unwrap_or_default()
+    }
+
+    /// The waiter is done waiting (it has the lock, gave up, or was cancelled); the grants it
+    /// did not take are returned, for the caller to give back, except those of a lock this
+    /// client holds (heard from masters slower than the quorum).
+    pub(crate) fn forget(&self, waiter: &str) -> Vec<Grant> {
+        let mut grants = self
+            .listeners()
+            .remove(waiter)
+            .map(|l| l.grants)
+            .unwrap_or_default();
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        grants.retain(|g| !kept.contains(&g.token));
+        grants
+    }
+
+    /// Books grants that `waiter`'s own attempt learned of, as if their messages had come.
+    pub(crate) fn add_grants(&self, waiter: &str, grants: Vec<Grant>) {
+        if grants.is_empty() {
+            return;
+        }
+        if let Some(listener) = self.listeners().get_mut(waiter) {
+            listener.grants.extend(grants);
+        }
+    }
+
+    /// Remembers a handoff token this client now holds a lock with.
+    pub(crate) fn keep(&self, token: &str) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() == KEPT_TOKENS {
+            kept.pop_front();
+        }
+        kept.push_back(token.to_owned());
     }
 
     /// A master said that `waiter` goes next (after a release, or the departure of the waiter
-    /// before it): wake it if it is listening. One that is not is about to attempt anyway.
-    fn wake(&self, waiter: &str) {
-        if let Some(wake) = self.listeners().remove(waiter) {
+    /// before it), and maybe that it now holds the lock there: wake it if it is listening (one
+    /// that is not is about to look anyway). A grant for a waiter that is gone is returned: it
+    /// is nobody's lock, to be given back at once rather than left until its TTL.
+    fn heard(&self, waiter: &str, grant: Option<Grant>) -> Option<Grant> {
+        let mut listeners = self.listeners();
+        let Some(listener) = listeners.get_mut(waiter) else {
+            drop(listeners);
+            let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+            return grant.filter(|g| !kept.contains(&g.token));
+        };
+        listener.grants.extend(grant);
+        if let Some(wake) = listener.wake.take() {
             let _ = wake.send(());
         }
+        None
     }
 
     /// Starts the subscriptions (once) and waits until at least one is confirmed, for at most
@@ -135,6 +204,48 @@ impl Waiters {
     }
 }
 
+/// Reads a message from master `node`: `<waiter id>`, or `<waiter id> <token> <fence> <lock
+/// key>` when the release handed the lock to the waiter there. Ids and tokens have no spaces;
+/// the key, last, may.
+fn parse_message(payload: &str, node: usize) -> (&str, Option<(Grant, String)>) {
+    let mut parts = payload.splitn(4, ' ');
+    let waiter = parts.next().unwrap_or_default();
+    let grant = match (
+        parts.next(),
+        parts.next().map(str::parse::<u64>),
+        parts.next(),
+    ) {
+        (Some(token), Some(Ok(fence)), Some(key)) => Some((
+            Grant {
+                node,
+                token: token.to_owned(),
+                fence,
+            },
+            key.to_owned(),
+        )),
+        _ => None,
+    };
+    (waiter, grant)
+}
+
+/// Releases a lock that a master handed to a waiter of this client that is gone, passing the
+/// turn on to the next waiter.
+fn give_back(inner: Arc<Inner>, key: String, grant: Grant) {
+    let client = crate::Client { inner };
+    let prefix = format!("{}lock:", client.inner.settings.key_prefix);
+    let Some(keys) = key
+        .strip_prefix(&prefix)
+        .and_then(|name| client.keys(name).ok())
+    else {
+        return;
+    };
+    tracing::debug!(
+        node = grant.node,
+        "giving back a lock handed to a waiter that left"
+    );
+    let _ = client.release_grants(&keys, vec![grant], true);
+}
+
 /// Keeps the client's subscription on one master up until the client is dropped.
 async fn subscription(
     inner: Weak<Inner>,
@@ -167,7 +278,13 @@ async fn subscription(
                         message = messages.next() => {
                             let Some(message) = message else { break };
                             let Some(strong) = inner.upgrade() else { return };
-                            strong.waiters.wake(&String::from_utf8_lossy(message.get_payload_bytes()));
+                            let payload = String::from_utf8_lossy(message.get_payload_bytes());
+                            let (waiter, grant) = parse_message(&payload, node);
+                            if let Some(orphan) = strong.waiters.heard(waiter, grant.as_ref().map(|(g, _)| g.clone())) {
+                                if let Some((_, key)) = grant {
+                                    give_back(strong, key, orphan);
+                                }
+                            }
                         }
                         changed = alive.changed() => if changed.is_err() { return },
                     }
@@ -203,16 +320,59 @@ mod tests {
         assert_eq!(a.split_once('.').map(|(c, _)| c), Some(&*waiters.client_id));
         let mut first = waiters.listen("w1");
         let mut second = waiters.listen("w2");
-        waiters.wake("w1");
+        waiters.heard("w1", None);
         assert!(first.try_recv().is_ok());
         assert!(second.try_recv().is_err(), "only the named waiter wakes");
         // Another master announcing the same release, before the waiter listens again: it is
         // attempting anyway. After it listens again: woken again, to retry.
-        waiters.wake("w1");
+        waiters.heard("w1", None);
         let mut again = waiters.listen("w1");
         assert!(again.try_recv().is_err());
-        waiters.wake("w1");
+        waiters.heard("w1", None);
         assert!(again.try_recv().is_ok());
+    }
+
+    #[test]
+    fn messages_are_read_as_wakes_or_grants() {
+        assert_eq!(parse_message("ab.1", 2), ("ab.1", None));
+        let (waiter, grant) = parse_message("ab.1 ab.1/f00d 42 rq:lock:a name with spaces", 3);
+        assert_eq!(waiter, "ab.1");
+        let (grant, key) = grant.unwrap();
+        assert_eq!(
+            grant,
+            Grant {
+                node: 3,
+                token: "ab.1/f00d".to_owned(),
+                fence: 42
+            }
+        );
+        assert_eq!(key, "rq:lock:a name with spaces");
+        // Anything malformed is at most a wake.
+        assert_eq!(parse_message("ab.1 tok notanumber key", 0), ("ab.1", None));
+    }
+
+    #[test]
+    fn grants_for_a_waiter_that_left_are_orphans_unless_kept() {
+        let waiters = Waiters::new("p:");
+        let grant = |token: &str| Grant {
+            node: 0,
+            token: token.to_owned(),
+            fence: 7,
+        };
+        let mut rx = waiters.listen("w1");
+        assert_eq!(waiters.heard("w1", Some(grant("w1/a"))), None);
+        assert!(rx.try_recv().is_ok(), "a grant wakes its waiter");
+        assert_eq!(waiters.take_grants("w1"), vec![grant("w1/a")]);
+        waiters.keep("w1/a");
+        waiters.heard("w1", Some(grant("w1/b")));
+        waiters.heard("w1", Some(grant("w1/a")));
+        // Leaving: the grant it did not take is returned to be given back; its own lock's is not.
+        assert_eq!(waiters.forget("w1"), vec![grant("w1/b")]);
+        assert_eq!(waiters.heard("w1", Some(grant("w1/a"))), None);
+        assert_eq!(
+            waiters.heard("w1", Some(grant("w1/c"))),
+            Some(grant("w1/c"))
+        );
     }
 
     #[test]
@@ -221,7 +381,7 @@ mod tests {
         let _rx = waiters.listen("w1");
         waiters.forget("w1");
         // Named after it left (another client's master still had its place): nothing to wake.
-        waiters.wake("w1");
+        waiters.heard("w1", None);
         assert!(waiters.listeners().is_empty());
     }
 }

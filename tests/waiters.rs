@@ -202,7 +202,7 @@ async fn queue_exists(nodes: &redquorum::dev::LocalNodes, i: usize, name: &str) 
     let mut conn = common::raw(nodes, i).await;
     let n: i64 = redis::cmd("EXISTS")
         .arg(format!("redquorum:queue:{name}"))
-        .arg(format!("redquorum:queue-lapse:{name}"))
+        .arg(format!("redquorum:queue-terms:{name}"))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -282,7 +282,7 @@ async fn a_place_left_by_a_dead_waiter_lapses() {
             .arg("0123456789abcdef.0")
             .ignore()
             .cmd("HSET")
-            .arg("redquorum:queue-lapse:lapsing")
+            .arg("redquorum:queue-terms:lapsing")
             .arg("0123456789abcdef.0")
             .arg(lapses)
             .ignore()
@@ -371,4 +371,106 @@ async fn a_waiter_that_gives_up_passes_its_turn_on() {
         "the first waiter was not cancelled while waiting"
     );
     assert!(took < Duration::from_secs(2), "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_straight_to_the_first_waiter() {
+    let nodes = common::nodes(5);
+    let holder = common::client(&nodes);
+    let waiter = common::client(&nodes);
+    let lock = holder
+        .try_acquire("straight", &common::opts(30_000))
+        .await
+        .unwrap();
+    let first_fence = lock.fence();
+    let task = tokio::spawn(async move {
+        waiter
+            .acquire(
+                "straight",
+                &slow_poller(
+                    Duration::from_secs(5),
+                    Duration::from_secs(20),
+                    Duration::from_secs(10),
+                ),
+            )
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let handed = tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    let took = released.elapsed();
+    assert!(took < Duration::from_millis(500), "took {took:?}");
+    // Taken by the release itself, for the waiter: its token is the waiter's id and the
+    // refused attempt's token.
+    assert!(handed.token().contains('/'), "{}", handed.token());
+    assert!(handed.fence() > first_fence);
+    assert!(handed.remaining() > Duration::from_secs(4));
+    assert!(common::token_on_quorum(&nodes, "straight", handed.token()).await);
+    // Every node that holds it raised its fencing counter to the handed-over fence.
+    for i in 0..5 {
+        if common::stored_token(&nodes, i, "straight").await.as_deref() == Some(handed.token()) {
+            let counter: u64 = redis::AsyncCommands::get(
+                &mut common::raw(&nodes, i).await,
+                "redquorum:fence:straight",
+            )
+            .await
+            .unwrap();
+            assert_eq!(counter, handed.fence(), "node {i}");
+        }
+    }
+    handed.release().await.unwrap();
+    for i in 0..5 {
+        assert!(
+            common::eventually(Duration::from_secs(1), || async {
+                common::stored_token(&nodes, i, "straight").await.is_none()
+            })
+            .await,
+            "node {i} kept the lock after its release"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_to_a_waiter_that_left_goes_to_the_next() {
+    let nodes = common::nodes(3);
+    let holder = common::client(&nodes);
+    let lock = holder
+        .try_acquire("left", &common::opts(30_000))
+        .await
+        .unwrap();
+    let slow = slow_poller(
+        Duration::from_secs(5),
+        Duration::from_secs(20),
+        Duration::from_secs(10),
+    );
+    let first = {
+        let client = common::client(&nodes);
+        let slow = slow.clone();
+        tokio::spawn(async move { client.acquire("left", &slow).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = {
+        let client = common::client(&nodes);
+        tokio::spawn(async move { client.acquire("left", &slow).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first waiter leaves as the release comes: either its place is gone first, or the
+    // release hands it a lock its client gives back. The lock must reach the second waiter
+    // either way, not sit out its 30 s TTL with nobody.
+    first.abort();
+    let released = Instant::now();
+    lock.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(3), second)
+        .await
+        .expect("the lock never reached the second waiter")
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_secs(2));
+    second.release().await.unwrap();
+    assert!(first.await.unwrap_err().is_cancelled());
 }
