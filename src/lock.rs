@@ -187,9 +187,13 @@ impl Client {
     /// Takes the lock `name` on a quorum, retrying with jittered delays until `opts.wait` runs out.
     ///
     /// Each attempt asks every node at once and decides as soon as a quorum granted or could no
-    /// longer grant; a failed attempt releases what it got on every node before the next one.
-    /// Dropping the returned future cancels: grants of an attempt under way are released in the
-    /// background (or expire at their TTL when there is no runtime).
+    /// longer grant; a failed attempt releases what it got on every node before the next one,
+    /// and a failed acquire returns once its last attempt's releases are answered. While it
+    /// waits, the caller keeps a place in the lock's queue on the nodes: a free lock goes to the
+    /// caller that has waited longest, and a release hands it straight to that caller (its
+    /// token then reads `<waiter id>/<token>`). Dropping the returned future cancels: grants of
+    /// an attempt under way are released and the place is given up in the background (or they
+    /// expire when there is no runtime).
     ///
     /// # Errors
     ///
@@ -371,7 +375,9 @@ impl Client {
                         .partition(|g| g.token == token && g.fence == fence);
                     for g in &ours {
                         // The grant took the place off that node's queue.
-                        q.maybe_on[g.node] = false;
+                        if let Some(on) = q.maybe_on.get_mut(g.node) {
+                            *on = false;
+                        }
                     }
                     if !others.is_empty() {
                         let _ = self.release_grants(&q.keys, others, false);
@@ -1075,7 +1081,26 @@ mod tests {
         // the lock, so not a split.
         assert!(!is_split(&[failed(), failed(), held(4), None, None], 3));
         // One other holder and our own grant, neither on a quorum: split.
-        assert!(is_split(&[held(4), granted, held(4), None, None], 3));
+        assert!(is_split(
+            &[held(4), granted.clone(), held(4), None, None],
+            3
+        ));
+        // Our grants where other nodes have another waiter first: the queues disagree, split.
+        let reserved = || Some(Ok(AcquireReply::Reserved));
+        assert!(is_split(
+            &[granted.clone(), granted, reserved(), reserved(), None],
+            3
+        ));
+        // Another waiter first everywhere: our turn has not come, not a split.
+        assert!(!is_split(
+            &[reserved(), reserved(), reserved(), None, None],
+            3
+        ));
+        // A holder taking the nodes where it was first: not a split either.
+        assert!(!is_split(
+            &[held(4), held(4), reserved(), reserved(), None],
+            3
+        ));
     }
 
     #[test]

@@ -1,22 +1,25 @@
-//! Waking waiters when a lock is released, instead of leaving them to poll.
+//! What the masters tell waiting callers: that a release handed them the lock, or that it is
+//! their turn to try.
 //!
 //! Waiters queue on the masters themselves (see `lua/acquire.lua`): a refused attempt of a
-//! caller that waits leaves its waiter id in the name's queue, in an order every master agrees
-//! on, and only the first waiter may take a free lock. A waiter id is `<client id>.<n>`. A
-//! release publishes the first waiter's id on that waiter's client's channel,
-//! `{prefix}wake:<client id>`, on every master where it deleted the lock, so exactly one waiter
-//! in all the clients wakes (waking all would send every waiter at the nodes for a lock only
-//! one may take), and no other client even hears of it. Each client keeps one subscription per
-//! master, shared by all of its waiters and started on the first wait.
+//! caller that waits leaves its waiter id and the attempt's terms in the name's queue, in an
+//! order every master agrees on, and only the first waiter may take a free lock. A waiter id
+//! is `<client id>.<n>`. A release takes the lock for the first waiter on those terms where it
+//! can (`lua/release.lua`) and publishes `<waiter id> <token> <fence> <lock key>` on that
+//! waiter's client's channel, `{prefix}wake:<client id>`; where it cannot, it publishes just
+//! the waiter id, to wake it. So one release reaches one waiter in all the clients (waking all
+//! would send every waiter at the nodes for a lock only one may take), and no other client
+//! even hears of it. Each client keeps one subscription per master, shared by all of its
+//! waiters and started on the first wait.
 //!
-//! The same release heard from several masters may wake the waiter more than once, on purpose:
-//! the first master to announce it may be well ahead of the others, and an attempt made then
-//! finds the lock still held on a quorum; the next announcement is what says to try again. At
-//! most one wake per master per release, and only for that one waiter.
-//!
-//! The woken waiter retries at once; every
-//! waiter also keeps its jittered retry delay, which is what carries it when a message is lost
-//! or a master's subscription is down.
+//! A waiter collects the grants and takes the lock once a quorum of masters has handed it
+//! over (`Client::handed_over` in `lock.rs`). A wake-up alone makes it retry at once, and the
+//! same release heard from several masters may wake it more than once, on purpose: the first
+//! master to announce it may be well ahead of the others, and an attempt made then finds the
+//! lock still held on a quorum; the next announcement says to try again. Every waiter also
+//! keeps its jittered retry delay, which carries it when a message is lost or a master's
+//! subscription is down; an attempt then learns of a handover the message did not bring.
+//! A grant for a waiter that is gone is released at once, passing the turn on.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +66,7 @@ pub(crate) struct Waiters {
     next_waiter: AtomicU64,
     /// By waiter id.
     listeners: Mutex<HashMap<String, Listener>>,
+    /// The latest [`KEPT_TOKENS`] handover tokens this client took a lock with.
     kept: Mutex<VecDeque<String>>,
     /// One flag per master: whether its subscription is confirmed and reading.
     subscribed: OnceLock<Vec<watch::Receiver<bool>>>,
