@@ -94,8 +94,9 @@ impl Lock {
         &self.name
     }
 
-    /// The holder's token: 128 random bits from the operating system, hex-encoded. Only this
-    /// token can extend or release the lock.
+    /// The holder's token: 128 random bits from the operating system, hex-encoded, after
+    /// `<waiter id>/` when a release handed the lock over to a waiting caller. Only this token
+    /// can extend or release the lock.
     pub fn token(&self) -> &str {
         &self.token
     }
