@@ -232,17 +232,19 @@ async fn contention_wrong_tokens_and_waits_over_a_socket() {
     }
     assert!(common::pttl(&nodes, 0, "shared").await <= pttl_before);
 
-    // Once released, a waiting client gets it.
+    // Once released, a waiting client gets it: handed over by the release itself, as to any
+    // waiter of the library.
     let waiter = {
         let http = http.clone();
         let u = url("/v1/locks/shared");
         tokio::spawn(async move {
-            http.post(u)
+            let r = http
+                .post(u)
                 .json(&json!({"wait_ms": 5_000}))
                 .send()
                 .await
-                .unwrap()
-                .status()
+                .unwrap();
+            (r.status(), r.json::<Value>().await.unwrap())
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -253,7 +255,11 @@ async fn contention_wrong_tokens_and_waits_over_a_socket() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(waiter.await.unwrap(), 200);
+    let (status, body) = waiter.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let handed = body["token"].as_str().unwrap();
+    assert!(handed.contains('/'), "not handed over: {body}");
+    assert!(common::token_on_quorum(&nodes, "shared", handed).await);
     stop.cancel();
     task.await.unwrap().unwrap();
 }
