@@ -8,8 +8,12 @@ use redquorum::bench::{BenchOptions, Figure};
 use super::{EXIT_OK, EXIT_SOFTWARE};
 
 pub(super) async fn run(opts: BenchOptions, json: PathBuf) -> u8 {
-    let figures = match redquorum::bench::run(&opts).await {
-        Ok(f) => f,
+    let figures = match tokio::spawn(async move { redquorum::bench::run(&opts).await }).await {
+        Ok(Ok(f)) => f,
+        Ok(Err(e)) => {
+            tracing::error!("the benchmark failed: {e}");
+            return EXIT_SOFTWARE;
+        }
         Err(e) => {
             tracing::error!("the benchmark failed: {e}");
             return EXIT_SOFTWARE;
