@@ -474,3 +474,96 @@ async fn a_lock_handed_to_a_waiter_that_left_goes_to_the_next() {
     second.release().await.unwrap();
     assert!(first.await.unwrap_err().is_cancelled());
 }
+
+/// A client whose proposals come from no clock: just above the highest fencing token it has
+/// seen, so the fencing token of a handover shows which rule set it.
+fn clockless_client(nodes: &redquorum::dev::LocalNodes) -> Client {
+    Client::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_millis(50))
+        .quarantine(Duration::ZERO)
+        .fence_clock(false)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_takes_a_fencing_token_above_the_released_lock() {
+    let nodes = common::nodes(3);
+    let holder = common::client(&nodes);
+    let lock = holder
+        .try_acquire("fenced-handover", &common::opts(30_000))
+        .await
+        .unwrap();
+    let holder_fence = lock.fence();
+    let waiter = clockless_client(&nodes);
+    let task = tokio::spawn(async move {
+        waiter
+            .acquire(
+                "fenced-handover",
+                &slow_poller(
+                    Duration::from_secs(5),
+                    Duration::from_secs(20),
+                    Duration::from_secs(10),
+                ),
+            )
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The waiter's own proposal (its refused attempt's) is far below the holder's clock-based
+    // fence; the release knows the released lock's fence and goes one above it.
+    lock.release().await.unwrap();
+    let handed = tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    assert!(handed.token().contains('/'), "{}", handed.token());
+    assert_eq!(handed.fence(), holder_fence + 1);
+    handed.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_fence_to_go_above_a_release_only_wakes_the_waiter() {
+    let nodes = common::nodes(3);
+    let holder = common::client(&nodes);
+    let lock = holder
+        .try_acquire("wake-only", &common::opts(30_000))
+        .await
+        .unwrap();
+    let holder_fence = lock.fence();
+    let token = lock.token().to_owned();
+    drop(lock);
+    let waiter = clockless_client(&nodes);
+    let task = tokio::spawn(async move {
+        waiter
+            .acquire(
+                "wake-only",
+                &slow_poller(
+                    Duration::from_secs(5),
+                    Duration::from_secs(20),
+                    Duration::from_secs(10),
+                ),
+            )
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Released by token alone, as the HTTP service does: the release does not know the lock's
+    // fence, and the waiter's proposal is not above the counter, so nothing is handed over.
+    // The woken waiter takes the lock itself, at once, above the counter it is told of.
+    let released = Instant::now();
+    holder.release_token("wake-only", &token).await.unwrap();
+    let taken = tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "not woken: {:?}",
+        released.elapsed()
+    );
+    assert!(!taken.token().contains('/'), "{}", taken.token());
+    assert!(taken.fence() > holder_fence);
+    taken.release().await.unwrap();
+}
