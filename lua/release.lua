@@ -41,7 +41,7 @@ if current == ARGV[1] then
         local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
         local fence = math.max(tonumber(proposal or '0'), tonumber(ARGV[3]) + 1)
         -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
-        if token and fence > counter and fence <= 9007199254740991 then
+        if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991 then
           fence = string.format('%d', fence)
           redis.call('SET', KEYS[4], fence)
           token = first .. '/' .. token
