@@ -23,28 +23,8 @@
 -- nodes agree on who goes first, and a release wakes only that waiter instead of every
 -- contender at once. Places lapse unless refreshed, so a waiter that died holds nobody up for
 -- longer than its place lasts.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
--- The first waiter whose place has not lapsed; lapsed places met on the way are dropped.
-local function first_waiter()
-  local now
-  while true do
-    local first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-    if not first then
-      return nil
-    end
-    now = now or now_ms()
-    local terms = redis.call('HGET', KEYS[4], first) or '0'
-    if tonumber(string.match(terms, '^%d+') or '0') > now then
-      return first
-    end
-    redis.call('ZREM', KEYS[3], first)
-    redis.call('HDEL', KEYS[4], first)
-  end
-end
+--
+-- now_ms and first_waiter come from queue.lua, put in front of this script.
 
 -- Takes or refreshes the caller's place in the queue.
 local function queue_caller()
@@ -73,12 +53,12 @@ if current and current ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0')}
 end
 if not current then
-  local first = first_waiter()
+  local first = first_waiter(KEYS[3], KEYS[4])
   if first and first ~= ARGV[4] then
     -- Queued here, the caller may come first after all (it was queued on other nodes
     -- earlier, with the priority it has everywhere).
     queue_caller()
-    if first_waiter() ~= ARGV[4] then
+    if first_waiter(KEYS[3], KEYS[4]) ~= ARGV[4] then
       return {3}
     end
   end

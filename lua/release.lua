@@ -23,39 +23,31 @@
 -- counting its validity from the start of that attempt, which came before any of the grants.
 -- Otherwise (no terms, or the fencing token would not be above the counter) the message is
 -- just '<waiter id>', and the waiter tries at once.
+--
+-- first_waiter and channel_of come from queue.lua, put in front of this script.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  local first, terms = nil, nil
   if ARGV[2] ~= '' then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    while true do
-      local first = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-      if not first then
-        break
-      end
-      local terms = redis.call('HGET', KEYS[3], first) or '0'
-      local lapse, token, ttl, proposal = string.match(terms, '^(%d+) (%S+) (%d+) (%d+)$')
-      if tonumber(lapse or string.match(terms, '^%d+') or '0') > now then
-        local channel = ARGV[2] .. string.match(first, '^[^.]*')
-        local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
-        local fence = math.max(tonumber(proposal or '0'), tonumber(ARGV[3]) + 1)
-        -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
-        if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991 then
-          fence = string.format('%d', fence)
-          redis.call('SET', KEYS[4], fence)
-          token = first .. '/' .. token
-          redis.call('SET', KEYS[1], token, 'PX', ttl)
-          redis.call('ZREM', KEYS[2], first)
-          redis.call('HDEL', KEYS[3], first)
-          redis.call('PUBLISH', channel, first .. ' ' .. token .. ' ' .. fence .. ' ' .. KEYS[1])
-        else
-          redis.call('PUBLISH', channel, first)
-        end
-        break
-      end
+    first, terms = first_waiter(KEYS[2], KEYS[3])
+  end
+  if first then
+    local _, token, ttl, proposal = string.match(terms, '^(%d+) (%S+) (%d+) (%d+)$')
+    local channel = channel_of(ARGV[2], first)
+    local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+    local fence = math.max(tonumber(proposal or '0'), tonumber(ARGV[3]) + 1)
+    -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
+    if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991 then
+      fence = string.format('%d', fence)
+      redis.call('SET', KEYS[4], fence)
+      token = first .. '/' .. token
+      redis.call('SET', KEYS[1], token, 'PX', ttl)
       redis.call('ZREM', KEYS[2], first)
       redis.call('HDEL', KEYS[3], first)
+      redis.call('PUBLISH', channel, first .. ' ' .. token .. ' ' .. fence .. ' ' .. KEYS[1])
+    else
+      redis.call('PUBLISH', channel, first)
     end
   end
   return 1

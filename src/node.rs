@@ -54,10 +54,28 @@ pub(crate) struct Scripts {
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: LuaScript::new(1, include_str!("../lua/acquire.lua")),
+    acquire: LuaScript::new(
+        1,
+        concat!(
+            include_str!("../lua/queue.lua"),
+            include_str!("../lua/acquire.lua")
+        ),
+    ),
     extend: LuaScript::new(2, include_str!("../lua/extend.lua")),
-    release: LuaScript::new(4, include_str!("../lua/release.lua")),
-    dequeue: LuaScript::new(8, include_str!("../lua/dequeue.lua")),
+    release: LuaScript::new(
+        4,
+        concat!(
+            include_str!("../lua/queue.lua"),
+            include_str!("../lua/release.lua")
+        ),
+    ),
+    dequeue: LuaScript::new(
+        8,
+        concat!(
+            include_str!("../lua/queue.lua"),
+            include_str!("../lua/dequeue.lua")
+        ),
+    ),
 });
 
 /// A node's answer to an acquire.

@@ -21,6 +21,22 @@ fn slow_poller(ttl: Duration, wait: Duration, poll: Duration) -> LockOptions {
         .retry_jitter(Duration::ZERO)
 }
 
+/// Starts a caller on `client` that waits up to 20 s for `name` (TTL 5 s), with the fallback
+/// poll only every 10 s: within a test, only wake-ups and handovers can give it the lock.
+fn waiter(
+    client: Client,
+    name: &'static str,
+) -> tokio::task::JoinHandle<redquorum::Result<redquorum::Lock>> {
+    tokio::spawn(async move {
+        let opts = slow_poller(
+            Duration::from_secs(5),
+            Duration::from_secs(20),
+            Duration::from_secs(10),
+        );
+        client.acquire(name, &opts).await
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_by_the_release() {
     let nodes = common::nodes(5);
@@ -336,21 +352,9 @@ async fn a_waiter_that_gives_up_passes_its_turn_on() {
         .try_acquire("giving-up", &common::opts(400))
         .await
         .unwrap();
-    let slow = slow_poller(
-        Duration::from_secs(5),
-        Duration::from_secs(20),
-        Duration::from_secs(10),
-    );
-    let first = {
-        let client = common::client(&nodes);
-        let slow = slow.clone();
-        tokio::spawn(async move { client.acquire("giving-up", &slow).await })
-    };
+    let first = waiter(common::client(&nodes), "giving-up");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let second = {
-        let client = common::client(&nodes);
-        tokio::spawn(async move { client.acquire("giving-up", &slow).await })
-    };
+    let second = waiter(common::client(&nodes), "giving-up");
     drop(lock);
     // The lock is free now, and the first waiter's turn; both sleep out a 10-second poll.
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -377,31 +381,20 @@ async fn a_waiter_that_gives_up_passes_its_turn_on() {
 async fn a_release_hands_the_lock_straight_to_the_first_waiter() {
     let nodes = common::nodes(5);
     let holder = common::client(&nodes);
-    let waiter = common::client(&nodes);
+    let waiting = common::client(&nodes);
     let lock = holder
         .try_acquire("straight", &common::opts(30_000))
         .await
         .unwrap();
     let first_fence = lock.fence();
-    let task = tokio::spawn(async move {
-        waiter
-            .acquire(
-                "straight",
-                &slow_poller(
-                    Duration::from_secs(5),
-                    Duration::from_secs(20),
-                    Duration::from_secs(10),
-                ),
-            )
-            .await
-            .unwrap()
-    });
+    let task = waiter(waiting, "straight");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     lock.release().await.unwrap();
     let handed = tokio::time::timeout(Duration::from_secs(3), task)
         .await
         .expect("the waiter never got the lock")
+        .unwrap()
         .unwrap();
     let took = released.elapsed();
     assert!(took < Duration::from_millis(500), "took {took:?}");
@@ -443,21 +436,9 @@ async fn a_lock_handed_to_a_waiter_that_left_goes_to_the_next() {
         .try_acquire("left", &common::opts(30_000))
         .await
         .unwrap();
-    let slow = slow_poller(
-        Duration::from_secs(5),
-        Duration::from_secs(20),
-        Duration::from_secs(10),
-    );
-    let first = {
-        let client = common::client(&nodes);
-        let slow = slow.clone();
-        tokio::spawn(async move { client.acquire("left", &slow).await })
-    };
+    let first = waiter(common::client(&nodes), "left");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let second = {
-        let client = common::client(&nodes);
-        tokio::spawn(async move { client.acquire("left", &slow).await })
-    };
+    let second = waiter(common::client(&nodes), "left");
     tokio::time::sleep(Duration::from_millis(100)).await;
     // The first waiter leaves as the release comes: either its place is gone first, or the
     // release hands it a lock its client gives back. The lock must reach the second waiter
@@ -496,20 +477,7 @@ async fn a_handover_takes_a_fencing_token_above_the_released_lock() {
         .await
         .unwrap();
     let holder_fence = lock.fence();
-    let waiter = clockless_client(&nodes);
-    let task = tokio::spawn(async move {
-        waiter
-            .acquire(
-                "fenced-handover",
-                &slow_poller(
-                    Duration::from_secs(5),
-                    Duration::from_secs(20),
-                    Duration::from_secs(10),
-                ),
-            )
-            .await
-            .unwrap()
-    });
+    let task = waiter(clockless_client(&nodes), "fenced-handover");
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The waiter's own proposal (its refused attempt's) is far below the holder's clock-based
     // fence; the release knows the released lock's fence and goes one above it.
@@ -517,6 +485,7 @@ async fn a_handover_takes_a_fencing_token_above_the_released_lock() {
     let handed = tokio::time::timeout(Duration::from_secs(3), task)
         .await
         .expect("the waiter never got the lock")
+        .unwrap()
         .unwrap();
     assert!(handed.token().contains('/'), "{}", handed.token());
     assert_eq!(handed.fence(), holder_fence + 1);
@@ -534,20 +503,7 @@ async fn without_a_fence_to_go_above_a_release_only_wakes_the_waiter() {
     let holder_fence = lock.fence();
     let token = lock.token().to_owned();
     drop(lock);
-    let waiter = clockless_client(&nodes);
-    let task = tokio::spawn(async move {
-        waiter
-            .acquire(
-                "wake-only",
-                &slow_poller(
-                    Duration::from_secs(5),
-                    Duration::from_secs(20),
-                    Duration::from_secs(10),
-                ),
-            )
-            .await
-            .unwrap()
-    });
+    let task = waiter(clockless_client(&nodes), "wake-only");
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Released by token alone, as the HTTP service does: the release does not know the lock's
     // fence, and the waiter's proposal is not above the counter, so nothing is handed over.
@@ -557,6 +513,7 @@ async fn without_a_fence_to_go_above_a_release_only_wakes_the_waiter() {
     let taken = tokio::time::timeout(Duration::from_secs(3), task)
         .await
         .expect("the waiter never got the lock")
+        .unwrap()
         .unwrap();
     assert!(
         released.elapsed() < Duration::from_millis(500),

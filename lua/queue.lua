@@ -1,0 +1,34 @@
+-- Shared by the scripts that use a lock's queue of waiters, and put in front of each of them.
+-- The queue is a sorted set of waiter ids by priority; each place's terms are a hash field
+-- '<lapse> [<token> <ttl> <proposal>]' (see acquire.lua).
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The first waiter whose place has not lapsed, and its terms; lapsed places met on the way are
+-- dropped.
+local function first_waiter(queue, terms)
+  local now
+  while true do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first then
+      return nil
+    end
+    now = now or now_ms()
+    local found = redis.call('HGET', terms, first) or '0'
+    if tonumber(string.match(found, '^%d+') or '0') > now then
+      return first, found
+    end
+    redis.call('ZREM', queue, first)
+    redis.call('HDEL', terms, first)
+  end
+end
+
+-- The channel that reaches a waiter's client: the prefix and the client part of its id
+-- ('<client id>.<n>').
+local function channel_of(prefix, waiter)
+  return prefix .. string.match(waiter, '^[^.]*')
+end
+
