@@ -244,29 +244,17 @@ pub async fn run(
     else {
         return Err("no floor reading was taken".into());
     };
-    let mut figures = vec![
-        Figure {
-            name: format!(
-                "floor: one SET round trip on one master, p50 (median of {} readings)",
-                floors.len()
-            ),
-            value: floor_us,
-            unit: "µs",
-            ratio: Some(1.0),
-        },
-        Figure {
-            name: "floor: lowest reading".to_owned(),
-            value: lowest,
-            unit: "µs",
-            ratio: Some(lowest / floor_us),
-        },
-        Figure {
-            name: "floor: highest reading".to_owned(),
-            value: highest,
-            unit: "µs",
-            ratio: Some(highest / floor_us),
-        },
-    ];
+    let mut head = Report::default();
+    head.latency(
+        format!(
+            "floor: one SET round trip on one master, p50 (median of {} readings)",
+            floors.len()
+        ),
+        floor_us,
+    );
+    head.latency("floor: lowest reading", lowest);
+    head.latency("floor: highest reading", highest);
+    let mut figures = head.finish(floor_us);
     figures.extend(report.finish(floor_us));
     Ok(figures)
 }

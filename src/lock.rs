@@ -774,28 +774,22 @@ impl Client {
         token: &Arc<str>,
         which: impl Fn(usize) -> bool,
     ) -> Option<JoinHandle<()>> {
-        let deadline = Instant::now() + self.inner.settings.node_timeout;
-        send_and_detach(self.inner.nodes.len(), deadline, |i| {
-            let (inner, keys, token) = (self.inner.clone(), keys.clone(), token.clone());
-            let selected = which(i);
-            async move {
-                if selected {
-                    // No release channel: the lock was never held, so nobody is woken.
-                    let answer = inner.nodes[i]
-                        .release(keys.for_release(), &token, "", 0)
-                        .await;
-                    debug!(node = inner.nodes[i].addr(), answer = ?answer, "release");
-                }
-            }
-        })
+        let grants = (0..self.inner.nodes.len())
+            .filter(|&i| which(i))
+            .map(|node| Grant {
+                node,
+                token: token.to_string(),
+                fence: 0,
+            })
+            .collect();
+        // Silent: the lock was never held, so nobody is woken.
+        self.release_grants(keys, grants, false)
     }
-}
 
-impl Client {
-    /// Releases locks that releases handed to a waiter of this client, each on its node, without
-    /// waiting for the answers. With `pass_on`, each release hands the lock on to the next
-    /// waiter, as any release does; without, it is silent (the waiter giving them back is next
-    /// in line anyway, and about to try).
+    /// Releases each of `grants` (a token on one node) without waiting for the answers, which
+    /// are awaited in the background: an attempt's grants, or locks that releases handed to a
+    /// waiter of this client. With `pass_on`, each release hands the lock on to the next
+    /// waiter, as any release does; without, it is silent.
     pub(crate) fn release_grants(
         &self,
         keys: &Arc<Keys>,
@@ -816,7 +810,7 @@ impl Client {
                     let answer = inner.nodes[i]
                         .release(keys.for_release(), &grant.token, channel, grant.fence)
                         .await;
-                    debug!(node = inner.nodes[i].addr(), answer = ?answer, "handoff given back");
+                    debug!(node = inner.nodes[i].addr(), answer = ?answer, "release in the background");
                 }
             }
         })

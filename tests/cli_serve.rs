@@ -113,38 +113,32 @@ async fn serve_dev_serves_locks_and_cleans_up_its_masters_on_sigterm() {
     }
 }
 
+/// Runs `serve` on `listen` with `REDQUORUM_AUTH_TOKEN` set to `token` (unset for `None`).
+async fn serve_output(listen: &str, token: Option<&str>) -> std::process::Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--nodes",
+        "redis://127.0.0.1:1",
+        "--listen",
+        listen,
+    ])
+    .stdin(Stdio::null());
+    match token {
+        Some(t) => cmd.env("REDQUORUM_AUTH_TOKEN", t),
+        None => cmd.env_remove("REDQUORUM_AUTH_TOKEN"),
+    };
+    cmd.output().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_a_public_address_without_auth() {
-    let out = Command::new(BIN)
-        .args([
-            "serve",
-            "--nodes",
-            "redis://127.0.0.1:1",
-            "--listen",
-            "0.0.0.0:0",
-        ])
-        .env_remove("REDQUORUM_AUTH_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
+    let out = serve_output("0.0.0.0:0", None).await;
     assert_eq!(out.status.code(), Some(64));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("without authentication"), "{stderr}");
     // An empty token is refused too, rather than taken for "no auth".
-    let out = Command::new(BIN)
-        .args([
-            "serve",
-            "--nodes",
-            "redis://127.0.0.1:1",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env("REDQUORUM_AUTH_TOKEN", "  ")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
+    let out = serve_output("127.0.0.1:0", Some("  ")).await;
     assert_eq!(out.status.code(), Some(64));
 }
 

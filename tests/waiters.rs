@@ -21,18 +21,18 @@ fn slow_poller(ttl: Duration, wait: Duration, poll: Duration) -> LockOptions {
         .retry_jitter(Duration::ZERO)
 }
 
+/// The fallback poll of [`waiter`]s that only wake-ups and handovers may serve within a test.
+const NEVER: Duration = Duration::from_secs(10);
+
 /// Starts a caller on `client` that waits up to 20 s for `name` (TTL 5 s), with the fallback
-/// poll only every 10 s: within a test, only wake-ups and handovers can give it the lock.
+/// poll only every `poll`.
 fn waiter(
     client: Client,
     name: &'static str,
+    poll: Duration,
 ) -> tokio::task::JoinHandle<redquorum::Result<redquorum::Lock>> {
     tokio::spawn(async move {
-        let opts = slow_poller(
-            Duration::from_secs(5),
-            Duration::from_secs(20),
-            Duration::from_secs(10),
-        );
+        let opts = slow_poller(Duration::from_secs(5), Duration::from_secs(20), poll);
         client.acquire(name, &opts).await
     })
 }
@@ -41,30 +41,20 @@ fn waiter(
 async fn a_waiter_is_woken_by_the_release() {
     let nodes = common::nodes(5);
     let holder = common::client(&nodes);
-    let waiter = common::client(&nodes);
+    let waiting = common::client(&nodes);
     let lock = holder
         .try_acquire("handoff", &common::opts(30_000))
         .await
         .unwrap();
     let poll = Duration::from_secs(3);
-    let task = tokio::spawn(async move {
-        let lock = waiter
-            .acquire(
-                "handoff",
-                &slow_poller(Duration::from_secs(5), Duration::from_secs(20), poll),
-            )
-            .await
-            .unwrap();
-        let at = Instant::now();
-        lock.release().await.unwrap();
-        at
-    });
+    let task = waiter(waiting, "handoff", poll);
     // Let the waiter fail its first attempt and settle into waiting.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     lock.release().await.unwrap();
-    let acquired = task.await.unwrap();
-    let took = acquired - released;
+    task.await.unwrap().unwrap().release().await.unwrap();
+    // Measured after the waiter's own release: an upper bound of when it got the lock.
+    let took = released.elapsed();
     // Polling alone would have taken up to three seconds more.
     assert!(
         took < Duration::from_millis(500),
@@ -76,25 +66,14 @@ async fn a_waiter_is_woken_by_the_release() {
 async fn without_messages_waiters_still_acquire_by_polling() {
     let mut nodes = common::nodes(5);
     let holder = common::client(&nodes);
-    let waiter = common::client(&nodes);
+    let waiting = common::client(&nodes);
     let lock = holder
         .try_acquire("quiet", &common::opts(30_000))
         .await
         .unwrap();
     assert!(common::token_everywhere(&nodes, "quiet", lock.token()).await);
     let poll = Duration::from_millis(200);
-    let task = tokio::spawn(async move {
-        let lock = waiter
-            .acquire(
-                "quiet",
-                &slow_poller(Duration::from_secs(5), Duration::from_secs(20), poll),
-            )
-            .await
-            .unwrap();
-        let at = Instant::now();
-        lock.release().await.unwrap();
-        at
-    });
+    let task = waiter(waiting, "quiet", poll);
     tokio::time::sleep(Duration::from_millis(300)).await;
     // A master is down, and the lock goes away without a release message (as if the messages
     // were lost): the keys are deleted behind redquorum's back.
@@ -106,8 +85,8 @@ async fn without_messages_waiters_still_acquire_by_polling() {
                 .unwrap();
     }
     let gone = Instant::now();
-    let acquired = task.await.unwrap();
-    let took = acquired - gone;
+    task.await.unwrap().unwrap().release().await.unwrap();
+    let took = gone.elapsed();
     // Within a poll or two, not the 20 s wait.
     assert!(
         took < poll * 4,
@@ -352,9 +331,9 @@ async fn a_waiter_that_gives_up_passes_its_turn_on() {
         .try_acquire("giving-up", &common::opts(400))
         .await
         .unwrap();
-    let first = waiter(common::client(&nodes), "giving-up");
+    let first = waiter(common::client(&nodes), "giving-up", NEVER);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let second = waiter(common::client(&nodes), "giving-up");
+    let second = waiter(common::client(&nodes), "giving-up", NEVER);
     drop(lock);
     // The lock is free now, and the first waiter's turn; both sleep out a 10-second poll.
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -387,7 +366,7 @@ async fn a_release_hands_the_lock_straight_to_the_first_waiter() {
         .await
         .unwrap();
     let first_fence = lock.fence();
-    let task = waiter(waiting, "straight");
+    let task = waiter(waiting, "straight", NEVER);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     lock.release().await.unwrap();
@@ -436,9 +415,9 @@ async fn a_lock_handed_to_a_waiter_that_left_goes_to_the_next() {
         .try_acquire("left", &common::opts(30_000))
         .await
         .unwrap();
-    let first = waiter(common::client(&nodes), "left");
+    let first = waiter(common::client(&nodes), "left", NEVER);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let second = waiter(common::client(&nodes), "left");
+    let second = waiter(common::client(&nodes), "left", NEVER);
     tokio::time::sleep(Duration::from_millis(100)).await;
     // The first waiter leaves as the release comes: either its place is gone first, or the
     // release hands it a lock its client gives back. The lock must reach the second waiter
@@ -477,7 +456,7 @@ async fn a_handover_takes_a_fencing_token_above_the_released_lock() {
         .await
         .unwrap();
     let holder_fence = lock.fence();
-    let task = waiter(clockless_client(&nodes), "fenced-handover");
+    let task = waiter(clockless_client(&nodes), "fenced-handover", NEVER);
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The waiter's own proposal (its refused attempt's) is far below the holder's clock-based
     // fence; the release knows the released lock's fence and goes one above it.
@@ -503,7 +482,7 @@ async fn without_a_fence_to_go_above_a_release_only_wakes_the_waiter() {
     let holder_fence = lock.fence();
     let token = lock.token().to_owned();
     drop(lock);
-    let task = waiter(clockless_client(&nodes), "wake-only");
+    let task = waiter(clockless_client(&nodes), "wake-only", NEVER);
     tokio::time::sleep(Duration::from_millis(200)).await;
     // Released by token alone, as the HTTP service does: the release does not know the lock's
     // fence, and the waiter's proposal is not above the counter, so nothing is handed over.
