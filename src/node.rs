@@ -11,7 +11,7 @@
 //! restarted), and when the last reading is older than [`PROBE_INTERVAL`]. So a restarted node
 //! is never counted before its new uptime is known, at no extra round trip.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -175,6 +175,10 @@ pub(crate) struct Node {
     /// Scripts this node is known to have cached since the connection was made; a script whose
     /// bit is clear is sent whole with `EVAL`, which runs and caches it in one round trip.
     loaded: AtomicU8,
+    /// Whether a command has gone through since the connection was (re)made; until then,
+    /// commands pass [`Node::in_order`] one at a time.
+    connected: AtomicBool,
+    in_order: tokio::sync::Mutex<()>,
     health: Mutex<Health>,
     metrics: NodeMetrics,
 }
@@ -216,6 +220,8 @@ impl Node {
             connection: OnceLock::new(),
             settings,
             loaded: AtomicU8::new(0),
+            connected: AtomicBool::new(false),
+            in_order: tokio::sync::Mutex::new(()),
             health: Mutex::new(Health::default()),
         })
     }
@@ -297,6 +303,16 @@ impl Node {
         args: impl Fn(&mut Cmd),
     ) -> std::result::Result<Value, NodeFailureKind> {
         let started = Instant::now();
+        // While the connection is being made, every command waits for it, and those woken
+        // together would be sent in any order: a lock's release could overtake the grant it
+        // releases (still finishing in the background) and leave it until its TTL. So until a
+        // command has gone through, they go one at a time, in the order they were issued
+        // (tokio's mutex is first come, first served).
+        let _in_order = if self.connected.load(Ordering::Relaxed) {
+            None
+        } else {
+            Some(self.in_order.lock().await)
+        };
         let mut conn = self
             .connection()
             .inspect_err(|k| self.metrics.failure(op, k.as_str()))?;
@@ -349,6 +365,7 @@ impl Node {
         match result {
             Ok(value) => {
                 self.loaded.fetch_or(script.bit, Ordering::Relaxed);
+                self.connected.store(true, Ordering::Relaxed);
                 self.metrics.success(op, started.elapsed().as_secs_f64());
                 Ok(value)
             }
@@ -362,6 +379,7 @@ impl Node {
         let kind = classify(e);
         if matches!(kind, NodeFailureKind::Connection(_)) {
             self.loaded.store(0, Ordering::Relaxed);
+            self.connected.store(false, Ordering::Relaxed);
             let mut health = self.health();
             health.verified = false;
             health.error = Some(e.to_string());

@@ -126,3 +126,28 @@ async fn restarted_nodes_with_empty_script_caches_still_work() {
     assert!(common::token_everywhere(&nodes, "restarted", lock.token()).await);
     lock.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_right_after_a_cold_acquire_leaves_nothing_behind() {
+    let nodes = common::nodes(5);
+    for round in 0..30 {
+        // A new client: every connection is still to be made when the acquire returns at a
+        // quorum, so the release is issued while the stragglers' grants are still connecting.
+        let client = common::patient_client(&nodes);
+        let name = format!("cold-{round}");
+        let lock = client
+            .try_acquire(&name, &common::opts(30_000))
+            .await
+            .unwrap();
+        lock.release().await.unwrap();
+        for i in 0..5 {
+            assert!(
+                common::eventually(std::time::Duration::from_millis(500), || async {
+                    common::stored_token(&nodes, i, &name).await.is_none()
+                })
+                .await,
+                "round {round}: node {i} kept the released lock"
+            );
+        }
+    }
+}
