@@ -11,8 +11,10 @@
 //! restarted), and when the last reading is older than [`PROBE_INTERVAL`]. So a restarted node
 //! is never counted before its new uptime is known, at no extra round trip.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -176,7 +178,7 @@ pub(crate) struct Node {
     /// bit is clear is sent whole with `EVAL`, which runs and caches it in one round trip.
     loaded: AtomicU8,
     /// Whether a command has gone through since the connection was (re)made; until then,
-    /// commands pass [`Node::in_order`] one at a time.
+    /// commands take turns at [`Node::in_order`] (see [`Node::in_turn`]).
     connected: AtomicBool,
     in_order: tokio::sync::Mutex<()>,
     health: Mutex<Health>,
@@ -306,9 +308,9 @@ impl Node {
         // While the connection is being made, every command waits for it, and those woken
         // together would be sent in any order: a lock's release could overtake the grant it
         // releases (still finishing in the background) and leave it until its TTL. So until a
-        // command has gone through, they go one at a time, in the order they were issued
-        // (tokio's mutex is first come, first served).
-        let _in_order = if self.connected.load(Ordering::Relaxed) {
+        // command has gone through, they take turns, in the order they were issued (tokio's
+        // mutex is first come, first served).
+        let turn = if self.connected.load(Ordering::Relaxed) {
             None
         } else {
             Some(self.in_order.lock().await)
@@ -331,27 +333,34 @@ impl Node {
             args(&mut cmd);
             cmd
         };
-        let mut result = if self.needs_probe() {
-            let mut pipe = probe_pipeline();
-            pipe.add_command(build(known));
-            match conn.send_packed_commands(&pipe, 0, 3).await {
-                Ok(mut values) if values.len() == 3 => {
-                    let value = values.pop().unwrap_or(Value::Nil);
-                    self.record_probe(&values);
-                    value.extract_error()
+        let probe = self.needs_probe();
+        let first = async {
+            if probe {
+                let mut pipe = probe_pipeline();
+                pipe.add_command(build(known));
+                match conn.send_packed_commands(&pipe, 0, 3).await {
+                    Ok(mut values) if values.len() == 3 => {
+                        let value = values.pop().unwrap_or(Value::Nil);
+                        self.record_probe(&values);
+                        value.extract_error()
+                    }
+                    Ok(values) => Err(RedisError::from((
+                        ErrorKind::Parse,
+                        "pipeline answered with the wrong number of replies",
+                        format!("{}", values.len()),
+                    ))),
+                    Err(e) => Err(e),
                 }
-                Ok(values) => Err(RedisError::from((
-                    ErrorKind::Parse,
-                    "pipeline answered with the wrong number of replies",
-                    format!("{}", values.len()),
-                ))),
-                Err(e) => Err(e),
+            } else {
+                // redis-rs hands server errors back as values; turn them into errors to match on.
+                conn.send_packed_command(&build(known))
+                    .await
+                    .and_then(Value::extract_error)
             }
-        } else {
-            // redis-rs hands server errors back as values; turn them into errors to match on.
-            conn.send_packed_command(&build(known))
-                .await
-                .and_then(Value::extract_error)
+        };
+        let mut result = match turn {
+            None => first.await,
+            Some(turn) => self.in_turn(turn, first).await,
         };
         if known
             && matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
@@ -371,6 +380,39 @@ impl Node {
             }
             Err(e) => Err(self.failed(op, &e)),
         }
+    }
+
+    /// Sends a command whose turn has come at [`Node::in_order`], then lets the next one go.
+    ///
+    /// Only the connect is waited for in turn. A command that still finds the node connecting
+    /// keeps the turn until its answer, which says whether the connection is up. A command
+    /// that finds it up is handed to the connection, whose queue keeps the order, and gives
+    /// the turn up before its answer: a burst of callers on a new client must not make each
+    /// one wait for all the round trips ahead of it (with the per-node deadline, most of them
+    /// would time out).
+    async fn in_turn(
+        &self,
+        turn: tokio::sync::MutexGuard<'_, ()>,
+        send: impl Future<Output = redis::RedisResult<Value>>,
+    ) -> redis::RedisResult<Value> {
+        let mut send = std::pin::pin!(send);
+        if self.connected.load(Ordering::Relaxed) {
+            // On an open connection, the first poll puts the command in the connection's
+            // queue (or, when the queue is full, in line for it, and that line is first come,
+            // first served too).
+            if let Poll::Ready(answer) = futures::poll!(send.as_mut()) {
+                return answer;
+            }
+            drop(turn);
+            return send.await;
+        }
+        let answer = send.await;
+        // Any answer from the server, an error included, means the connection is up.
+        if answer.is_ok() || matches!(&answer, Err(e) if matches!(e.kind(), ErrorKind::Server(_))) {
+            self.connected.store(true, Ordering::Relaxed);
+        }
+        drop(turn);
+        answer
     }
 
     /// Books a failed call; a connection failure means the next connection may be to a

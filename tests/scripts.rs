@@ -8,6 +8,12 @@
 
 mod common;
 
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::time::Instant;
+
 /// `calls` and `rejected_calls` of one command from `INFO commandstats`.
 async fn calls(nodes: &redquorum::dev::LocalNodes, i: usize, command: &str) -> (u64, u64) {
     let Some(stats) =
@@ -149,5 +155,101 @@ async fn a_release_right_after_a_cold_acquire_leaves_nothing_behind() {
                 "round {round}: node {i} kept the released lock"
             );
         }
+    }
+}
+
+/// A TCP proxy on loopback that passes bytes each way `delay` after they arrive, as the path to
+/// a distant node would; returns the URL to reach `url`'s node through it.
+async fn distant(url: &str, delay: Duration) -> String {
+    // `redis://[credentials@]host:port`: the credentials stay in the URL, the address changes.
+    let rest = url.trim_start_matches("redis://");
+    let (credentials, target) = match rest.rsplit_once('@') {
+        Some((credentials, target)) => (format!("{credentials}@"), target.to_owned()),
+        None => (String::new(), rest.to_owned()),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+                continue;
+            };
+            let (from_client, to_client) = inbound.into_split();
+            let (from_node, to_node) = outbound.into_split();
+            tokio::spawn(pass_on(from_client, to_node, delay));
+            tokio::spawn(pass_on(from_node, to_client, delay));
+        }
+    });
+    format!("redis://{credentials}{addr}")
+}
+
+/// Copies `from` to `to`, each chunk `delay` after it was read: latency, not a slower link.
+async fn pass_on(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let writer = tokio::spawn(async move {
+        while let Some((due, bytes)) = rx.recv().await {
+            tokio::time::sleep_until(due).await;
+            if to.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Ok(n @ 1..) = from.read(&mut buf).await {
+        if tx
+            .send((Instant::now() + delay, buf[..n].to_vec()))
+            .is_err()
+        {
+            break;
+        }
+    }
+    drop(tx);
+    let _ = writer.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_callers_on_a_new_client_waits_for_the_connect_not_for_each_other() {
+    let nodes = common::nodes(5);
+    let mut urls = Vec::new();
+    for url in nodes.urls() {
+        urls.push(distant(&url, Duration::from_millis(20)).await);
+    }
+    // 40 ms round trips. Connecting and one command take a few of them, well inside the
+    // per-node deadline of 1 s; 64 commands one after another, each waiting for the answer to
+    // the one before, would take 2.5 s.
+    let client = redquorum::Client::builder()
+        .nodes(urls)
+        .node_timeout(Duration::from_secs(1))
+        .quarantine(Duration::ZERO)
+        .build()
+        .unwrap();
+    let results = futures::future::join_all((0..64).map(|i| {
+        let client = client.clone();
+        async move {
+            let lock = client
+                .try_acquire(&format!("burst-{i}"), &common::opts(30_000))
+                .await?;
+            lock.release().await
+        }
+    }))
+    .await;
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 64 callers failed, the first with: {}",
+        failed.len(),
+        failed[0]
+    );
+    for i in 0..5 {
+        assert!(
+            common::eventually(Duration::from_secs(2), || async {
+                common::lock_count(&nodes, i).await == 0
+            })
+            .await,
+            "node {i} kept a released lock"
+        );
     }
 }
