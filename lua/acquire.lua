@@ -42,15 +42,17 @@ local function queue_caller()
   end
 end
 
-local current = redis.call('GET', KEYS[1])
+-- One read for both keys: each call from a script costs about as much as a command of its own.
+local read = redis.call('MGET', KEYS[1], KEYS[2])
+local current, counter = read[1], tonumber(read[2] or '0')
 if current and current ~= ARGV[1] then
   -- A release handed the lock to this very waiter (release.lua), whose message may have been
   -- lost: say so, with the lock's token and fencing token, instead of refusing.
   if ARGV[4] ~= '' and string.sub(current, 1, #ARGV[4] + 1) == ARGV[4] .. '/' then
-    return {4, current, tonumber(redis.call('GET', KEYS[2]) or '0')}
+    return {4, current, counter}
   end
   queue_caller()
-  return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('GET', KEYS[2]) or '0')}
+  return {0, redis.call('PTTL', KEYS[1]), counter}
 end
 if not current then
   local first = first_waiter(KEYS[3], KEYS[4])
@@ -63,7 +65,6 @@ if not current then
     end
   end
 end
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
 local proposed = tonumber(ARGV[3])
 -- The same holder re-sending the same proposal (a retry after a lost reply) is granted again;
 -- anything else must be strictly above the counter.
