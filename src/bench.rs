@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 
 use crate::dev::LocalNodes;
@@ -151,6 +153,10 @@ pub async fn run(
     sizes.dedup();
     for n in sizes {
         floors.push(floor(&urls[0], opts.pairs).await?);
+        report.latency(
+            format!("bound N={n}: SET on every master at once, majority answered, p50"),
+            fan_out_bound(&urls[..n], opts.pairs).await?,
+        );
         let c = client(&urls[..n])?;
         let u = uncontended(&c, opts.pairs).await?;
         report.rate(
@@ -187,6 +193,14 @@ pub async fn run(
     let mut violations = t.violations;
 
     floors.push(floor(&urls[0], opts.pairs).await?);
+    report.latency(
+        format!(
+            "bound N={}: PUBLISH on every master after {:?} idle, majority heard, p50",
+            urls.len(),
+            opts.critical_section
+        ),
+        wake_bound(&urls, opts.critical_section, opts.pairs.min(1000)).await?,
+    );
     let h = handoff(&urls, opts.workers, opts.critical_section, opts.handoff_for).await?;
     let label = format!(
         "contended N={}: {} workers, one name, {:?} sections",
@@ -278,9 +292,7 @@ fn percentile(samples: &mut [Duration], p: f64) -> f64 {
 
 /// p50 of one unpipelined SET from a single client, in µs.
 async fn floor(url: &str, rounds: usize) -> Result<f64, redis::RedisError> {
-    let mut conn = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
+    let mut conn = connections(&[url.to_owned()]).await?.remove(0);
     let mut samples = Vec::with_capacity(rounds);
     for i in 0..rounds + 200 {
         let started = Instant::now();
@@ -291,6 +303,113 @@ async fn floor(url: &str, rounds: usize) -> Result<f64, redis::RedisError> {
             .await?;
         if i >= 200 {
             samples.push(started.elapsed());
+        }
+    }
+    Ok(percentile(&mut samples, 0.5))
+}
+
+/// Connections to every master, made before anything is timed.
+async fn connections(
+    urls: &[String],
+) -> Result<Vec<redis::aio::MultiplexedConnection>, redis::RedisError> {
+    let mut conns = Vec::with_capacity(urls.len());
+    for url in urls {
+        conns.push(
+            redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?,
+        );
+    }
+    Ok(conns)
+}
+
+/// p50, in µs, of one unpipelined SET sent to every master at once, until a majority has
+/// answered: the least an acquire can take here, with no lock and no script.
+async fn fan_out_bound(urls: &[String], rounds: usize) -> Result<f64, redis::RedisError> {
+    let conns = connections(urls).await?;
+    let majority = urls.len() / 2 + 1;
+    let mut samples = Vec::with_capacity(rounds);
+    for i in 0..rounds + 200 {
+        let started = Instant::now();
+        let mut replies: FuturesUnordered<_> = conns
+            .iter()
+            .map(|conn| {
+                let mut conn = conn.clone();
+                async move {
+                    redis::cmd("SET")
+                        .arg("redquorum-bench:fan-out")
+                        .arg(i)
+                        .query_async::<()>(&mut conn)
+                        .await
+                }
+            })
+            .collect();
+        let mut answered = 0;
+        // Every reply is awaited, so that no round overlaps the next; the time is taken at
+        // the majority.
+        while let Some(reply) = replies.next().await {
+            reply?;
+            answered += 1;
+            if answered == majority && i >= 200 {
+                samples.push(started.elapsed());
+            }
+        }
+    }
+    Ok(percentile(&mut samples, 0.5))
+}
+
+/// p50, in µs, of a wake-up through every master: after `idle` with nothing to do (as a
+/// waiter's client idles through a holder's critical section), one PUBLISH sent to every
+/// master at once, until a subscriber on every master has heard a majority of them. This is
+/// the least a handoff woken by a release can take here, with no lock and no script.
+async fn wake_bound(
+    urls: &[String],
+    idle: Duration,
+    rounds: usize,
+) -> Result<f64, Box<dyn std::error::Error + Send + Sync>> {
+    const CHANNEL: &str = "redquorum-bench:wake";
+    let conns = connections(urls).await?;
+    let mut streams = Vec::with_capacity(urls.len());
+    for url in urls {
+        let mut pubsub = redis::Client::open(url.as_str())?
+            .get_async_pubsub()
+            .await?;
+        pubsub.subscribe(CHANNEL).await?;
+        streams.push(pubsub.into_on_message());
+    }
+    let mut heard = futures::stream::select_all(streams);
+    let majority = urls.len() / 2 + 1;
+    let mut samples = Vec::with_capacity(rounds);
+    for i in 0..rounds + 20 {
+        tokio::time::sleep(idle).await;
+        let started = Instant::now();
+        let publish = futures::future::try_join_all(conns.iter().map(|conn| {
+            let mut conn = conn.clone();
+            async move {
+                redis::cmd("PUBLISH")
+                    .arg(CHANNEL)
+                    .arg(i)
+                    .query_async::<i64>(&mut conn)
+                    .await
+            }
+        }));
+        // Messages of earlier rounds still on their way are skipped: each names its round.
+        let hear = async {
+            let mut count = 0;
+            while count < majority {
+                let message = heard.next().await.ok_or("a subscription ended")?;
+                if message.get_payload::<usize>().ok() == Some(i) {
+                    count += 1;
+                }
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(started.elapsed())
+        };
+        let (published, took) =
+            tokio::join!(publish, tokio::time::timeout(Duration::from_secs(1), hear));
+        published?;
+        let took = took.map_err(|_| "a published message was not heard within 1 s")??;
+        if i >= 20 {
+            samples.push(took);
         }
     }
     Ok(percentile(&mut samples, 0.5))

@@ -51,6 +51,9 @@ async fn bench_reports_every_figure_and_no_violation() {
     let floor = find("floor")["value"].as_f64().unwrap();
     assert!(floor > 0.0);
     for prefix in [
+        "bound N=3: SET on every master at once",
+        "bound N=5: SET on every master at once",
+        "bound N=5: PUBLISH on every master after 1ms idle",
         "uncontended N=3: acquire+release pairs",
         "uncontended N=5: acquire p50",
         "throughput N=5",
