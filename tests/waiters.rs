@@ -37,15 +37,32 @@ fn waiter(
     })
 }
 
+/// Takes `name` at once on `client` (the holder the waiters queue behind).
+async fn hold(client: &Client, name: &str, ttl_ms: u64) -> redquorum::Lock {
+    client
+        .try_acquire(name, &common::opts(ttl_ms))
+        .await
+        .unwrap()
+}
+
+/// The lock a waiter task got; `never` says what did not happen if it took over 3 s.
+async fn got(
+    task: tokio::task::JoinHandle<redquorum::Result<redquorum::Lock>>,
+    never: &str,
+) -> redquorum::Lock {
+    tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .unwrap_or_else(|_| panic!("{never}"))
+        .unwrap()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_woken_by_the_release() {
     let nodes = common::nodes(5);
     let holder = common::client(&nodes);
     let waiting = common::client(&nodes);
-    let lock = holder
-        .try_acquire("handoff", &common::opts(30_000))
-        .await
-        .unwrap();
+    let lock = hold(&holder, "handoff", 30_000).await;
     let poll = Duration::from_secs(3);
     let task = waiter(waiting, "handoff", poll);
     // Let the waiter fail its first attempt and settle into waiting.
@@ -67,10 +84,7 @@ async fn without_messages_waiters_still_acquire_by_polling() {
     let mut nodes = common::nodes(5);
     let holder = common::client(&nodes);
     let waiting = common::client(&nodes);
-    let lock = holder
-        .try_acquire("quiet", &common::opts(30_000))
-        .await
-        .unwrap();
+    let lock = hold(&holder, "quiet", 30_000).await;
     assert!(common::token_everywhere(&nodes, "quiet", lock.token()).await);
     let poll = Duration::from_millis(200);
     let task = waiter(waiting, "quiet", poll);
@@ -101,10 +115,7 @@ async fn dropped_subscriptions_come_back_and_polling_covers_the_gap() {
     let waiter = common::client(&nodes);
     let holder = common::client(&nodes);
     for round in 0..3 {
-        let lock = holder
-            .try_acquire("resubscribed", &common::opts(30_000))
-            .await
-            .unwrap();
+        let lock = hold(&holder, "resubscribed", 30_000).await;
         let w = waiter.clone();
         let task = tokio::spawn(async move {
             w.acquire(
@@ -209,10 +220,7 @@ async fn waiters_of_different_clients_take_turns_in_arrival_order() {
     const WAITERS: usize = 4;
     let nodes = common::nodes(5);
     let holder = common::client(&nodes);
-    let lock = holder
-        .try_acquire("turns", &common::opts(30_000))
-        .await
-        .unwrap();
+    let lock = hold(&holder, "turns", 30_000).await;
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for w in 0..WAITERS {
@@ -327,10 +335,7 @@ async fn a_waiter_that_gives_up_passes_its_turn_on() {
     let nodes = common::nodes(3);
     let holder = common::client(&nodes);
     // The holder vanishes without a release: its lock just expires, and nobody is woken.
-    let lock = holder
-        .try_acquire("giving-up", &common::opts(400))
-        .await
-        .unwrap();
+    let lock = hold(&holder, "giving-up", 400).await;
     let first = waiter(common::client(&nodes), "giving-up", NEVER);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let second = waiter(common::client(&nodes), "giving-up", NEVER);
@@ -342,11 +347,7 @@ async fn a_waiter_that_gives_up_passes_its_turn_on() {
     }
     let gave_up = Instant::now();
     first.abort();
-    let second = tokio::time::timeout(Duration::from_secs(3), second)
-        .await
-        .expect("the turn was not passed on")
-        .unwrap()
-        .unwrap();
+    let second = got(second, "the turn was not passed on").await;
     let took = gave_up.elapsed();
     second.release().await.unwrap();
     assert!(
@@ -361,20 +362,13 @@ async fn a_release_hands_the_lock_straight_to_the_first_waiter() {
     let nodes = common::nodes(5);
     let holder = common::client(&nodes);
     let waiting = common::client(&nodes);
-    let lock = holder
-        .try_acquire("straight", &common::opts(30_000))
-        .await
-        .unwrap();
+    let lock = hold(&holder, "straight", 30_000).await;
     let first_fence = lock.fence();
     let task = waiter(waiting, "straight", NEVER);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let released = Instant::now();
     lock.release().await.unwrap();
-    let handed = tokio::time::timeout(Duration::from_secs(3), task)
-        .await
-        .expect("the waiter never got the lock")
-        .unwrap()
-        .unwrap();
+    let handed = got(task, "the waiter never got the lock").await;
     let took = released.elapsed();
     assert!(took < Duration::from_millis(500), "took {took:?}");
     // Taken by the release itself, for the waiter: its token is the waiter's id and the
@@ -411,10 +405,7 @@ async fn a_release_hands_the_lock_straight_to_the_first_waiter() {
 async fn a_lock_handed_to_a_waiter_that_left_goes_to_the_next() {
     let nodes = common::nodes(3);
     let holder = common::client(&nodes);
-    let lock = holder
-        .try_acquire("left", &common::opts(30_000))
-        .await
-        .unwrap();
+    let lock = hold(&holder, "left", 30_000).await;
     let first = waiter(common::client(&nodes), "left", NEVER);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let second = waiter(common::client(&nodes), "left", NEVER);
@@ -425,11 +416,7 @@ async fn a_lock_handed_to_a_waiter_that_left_goes_to_the_next() {
     first.abort();
     let released = Instant::now();
     lock.release().await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(3), second)
-        .await
-        .expect("the lock never reached the second waiter")
-        .unwrap()
-        .unwrap();
+    let second = got(second, "the lock never reached the second waiter").await;
     assert!(released.elapsed() < Duration::from_secs(2));
     second.release().await.unwrap();
     assert!(first.await.unwrap_err().is_cancelled());
@@ -451,21 +438,14 @@ fn clockless_client(nodes: &redquorum::dev::LocalNodes) -> Client {
 async fn a_handover_takes_a_fencing_token_above_the_released_lock() {
     let nodes = common::nodes(3);
     let holder = common::client(&nodes);
-    let lock = holder
-        .try_acquire("fenced-handover", &common::opts(30_000))
-        .await
-        .unwrap();
+    let lock = hold(&holder, "fenced-handover", 30_000).await;
     let holder_fence = lock.fence();
     let task = waiter(clockless_client(&nodes), "fenced-handover", NEVER);
     tokio::time::sleep(Duration::from_millis(200)).await;
     // The waiter's own proposal (its refused attempt's) is far below the holder's clock-based
     // fence; the release knows the released lock's fence and goes one above it.
     lock.release().await.unwrap();
-    let handed = tokio::time::timeout(Duration::from_secs(3), task)
-        .await
-        .expect("the waiter never got the lock")
-        .unwrap()
-        .unwrap();
+    let handed = got(task, "the waiter never got the lock").await;
     assert!(handed.token().contains('/'), "{}", handed.token());
     assert_eq!(handed.fence(), holder_fence + 1);
     handed.release().await.unwrap();
@@ -475,10 +455,7 @@ async fn a_handover_takes_a_fencing_token_above_the_released_lock() {
 async fn without_a_fence_to_go_above_a_release_only_wakes_the_waiter() {
     let nodes = common::nodes(3);
     let holder = common::client(&nodes);
-    let lock = holder
-        .try_acquire("wake-only", &common::opts(30_000))
-        .await
-        .unwrap();
+    let lock = hold(&holder, "wake-only", 30_000).await;
     let holder_fence = lock.fence();
     let token = lock.token().to_owned();
     drop(lock);
@@ -489,11 +466,7 @@ async fn without_a_fence_to_go_above_a_release_only_wakes_the_waiter() {
     // The woken waiter takes the lock itself, at once, above the counter it is told of.
     let released = Instant::now();
     holder.release_token("wake-only", &token).await.unwrap();
-    let taken = tokio::time::timeout(Duration::from_secs(3), task)
-        .await
-        .expect("the waiter never got the lock")
-        .unwrap()
-        .unwrap();
+    let taken = got(task, "the waiter never got the lock").await;
     assert!(
         released.elapsed() < Duration::from_millis(500),
         "not woken: {:?}",
