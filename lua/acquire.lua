@@ -24,21 +24,12 @@
 -- contender at once. Places lapse unless refreshed, so a waiter that died holds nobody up for
 -- longer than its place lasts.
 --
--- now_ms and first_waiter come from queue.lua, put in front of this script.
+-- first_waiter and queue_place come from queue.lua, put in front of this script.
 
 -- Takes or refreshes the caller's place in the queue.
 local function queue_caller()
-  if ARGV[4] == '' then
-    return
-  end
-  local life = tonumber(ARGV[6])
-  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[4])
-  redis.call('HSET', KEYS[4], ARGV[4],
-    string.format('%d %s %s %s', now_ms() + life, ARGV[1], ARGV[2], ARGV[3]))
-  -- The queue lasts as long as its longest-lived place.
-  if redis.call('PTTL', KEYS[3]) < life then
-    redis.call('PEXPIRE', KEYS[3], life)
-    redis.call('PEXPIRE', KEYS[4], life)
+  if ARGV[4] ~= '' then
+    queue_place(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], ARGV[1], ARGV[2], ARGV[3])
   end
 end
 

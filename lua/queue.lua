@@ -26,6 +26,20 @@ local function first_waiter(queue, terms)
   end
 end
 
+-- Takes or refreshes a waiter's place: its priority, and its terms (see acquire.lua), kept for
+-- `life` milliseconds.
+local function queue_place(queue, terms, waiter, priority, life, token, ttl, proposal)
+  life = tonumber(life)
+  redis.call('ZADD', queue, priority, waiter)
+  redis.call('HSET', terms, waiter,
+    string.format('%d %s %s %s', now_ms() + life, token, ttl, proposal))
+  -- The queue lasts as long as its longest-lived place.
+  if redis.call('PTTL', queue) < life then
+    redis.call('PEXPIRE', queue, life)
+    redis.call('PEXPIRE', terms, life)
+  end
+end
+
 -- The channel that reaches a waiter's client: the prefix and the client part of its id
 -- ('<client id>.<n>').
 local function channel_of(prefix, waiter)

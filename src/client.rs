@@ -39,8 +39,8 @@ impl Keys {
         [&self.lock, &self.queue, &self.terms, &self.fence]
     }
 
-    /// The keys of the dequeue script.
-    pub(crate) fn for_dequeue(&self) -> [&str; 3] {
+    /// The keys of the scripts that act on a waiter's place (dequeue, give back).
+    pub(crate) fn for_place(&self) -> [&str; 3] {
         [&self.lock, &self.queue, &self.terms]
     }
 }

@@ -15,7 +15,7 @@ use crate::config::{LockOptions, validate_token};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::fanout::{Answer, send_and_detach, vote};
 use crate::metrics::HeldGauge;
-use crate::node::{AcquireReply, Node, Place, ReleaseReply};
+use crate::node::{AcquireReply, Node, Place, ReleaseReply, Terms};
 use crate::quorum::{Decision, validity};
 use crate::waiters::Grant;
 
@@ -266,7 +266,7 @@ impl Client {
                             // Handed over on some nodes too, too late: not this lock.
                             let grants = waiters.take_grants(&q.place.waiter);
                             if !grants.is_empty() {
-                                let _ = self.release_grants(&keys, grants, false);
+                                let _ = self.release_grants(&keys, grants, GiveBack::Silently);
                             }
                         }
                         return Ok(Lock::new(
@@ -296,7 +296,7 @@ impl Client {
                     // Perhaps on a quorum already: look before anything else.
                     continue;
                 }
-                if split {
+                let delay = if split {
                     // Nobody won: contenders arrived together and split the votes, or the
                     // nodes did not yet agree on whose turn it is (each refused attempt queues
                     // its caller, so they do now). Spread the retries over a short window so
@@ -310,14 +310,16 @@ impl Client {
                     let delay =
                         Duration::from_micros(rand::random_range(0..spread)).min(wait_until - now);
                     debug!(attempt, delay = ?delay, "split vote; retrying soon");
-                    tokio::time::sleep(delay).await;
-                    continue;
-                }
-                let delay = retry_delay(opts).min(wait_until - now);
-                debug!(attempt, error = %error, delay = ?delay, "attempt failed; retrying");
+                    delay
+                } else {
+                    let delay = retry_delay(opts).min(wait_until - now);
+                    debug!(attempt, error = %error, delay = ?delay, "attempt failed; retrying");
+                    delay
+                };
                 match woken {
-                    // The release wakes the first waiter at once; the delay is the fallback
-                    // for lost messages and masters whose subscription is down.
+                    // The release wakes the first waiter at once (and may have handed it the
+                    // lock, even while it sat out a split vote); the delay is the fallback for
+                    // lost messages and masters whose subscription is down.
                     Some(woken) => tokio::select! {
                         Ok(()) = woken => debug!("woken by a release"),
                         () = tokio::time::sleep(delay) => {}
@@ -381,7 +383,7 @@ impl Client {
                         }
                     }
                     if !others.is_empty() {
-                        let _ = self.release_grants(&q.keys, others, false);
+                        let _ = self.release_grants(&q.keys, others, GiveBack::Silently);
                     }
                     debug!(fence, "the lock was handed over by its release");
                     return Some(Lock::new(
@@ -415,7 +417,13 @@ impl Client {
             grants = grants.len(),
             "handed over on too few nodes; giving it back"
         );
-        let _ = self.release_grants(&q.keys, grants, false);
+        // Still first in line: back in the queue where the grants took the place, on the terms
+        // the other nodes have, or the next release would hand the lock to someone else there.
+        let how = match &q.terms {
+            Some(terms) => GiveBack::KeepingPlace(q.place.clone(), terms.clone()),
+            None => GiveBack::Silently,
+        };
+        let _ = self.release_grants(&q.keys, grants, how);
         None
     }
 
@@ -570,14 +578,32 @@ impl Client {
         // A node that refused ("held by another", "another waiter first") has nothing of ours;
         // every other node may. No need to wait: the next attempt queues behind these on every
         // connection.
-        let released = self.release_in_background(keys, token, |i| {
+        let ours = |i: usize| {
             !matches!(
                 answers[i],
                 Some(Ok(AcquireReply::Held(..)
                     | AcquireReply::Reserved
                     | AcquireReply::HandedOver(..)))
             )
-        });
+        };
+        let how = match queued {
+            // A waiter gives its grants back keeping its place there, on the terms the
+            // refusing nodes queued it with, so that all the nodes agree on who goes next.
+            Some(q) => {
+                let terms = Terms {
+                    token: token.clone(),
+                    ttl,
+                    proposal,
+                };
+                for (i, on) in q.maybe_on.iter_mut().enumerate() {
+                    *on |= ours(i);
+                }
+                q.terms = Some(terms.clone());
+                GiveBack::KeepingPlace(q.place.clone(), terms)
+            }
+            None => GiveBack::Silently,
+        };
+        let released = self.release_in_background(keys, token, how, ours);
         cleanup.armed = false;
         Err(Refused {
             error,
@@ -772,6 +798,7 @@ impl Client {
         &self,
         keys: &Arc<Keys>,
         token: &Arc<str>,
+        how: GiveBack,
         which: impl Fn(usize) -> bool,
     ) -> Option<JoinHandle<()>> {
         let grants = (0..self.inner.nodes.len())
@@ -782,39 +809,62 @@ impl Client {
                 fence: 0,
             })
             .collect();
-        // Silent: the lock was never held, so nobody is woken.
-        self.release_grants(keys, grants, false)
+        self.release_grants(keys, grants, how)
     }
 
     /// Releases each of `grants` (a token on one node) without waiting for the answers, which
     /// are awaited in the background: an attempt's grants, or locks that releases handed to a
-    /// waiter of this client. With `pass_on`, each release hands the lock on to the next
-    /// waiter, as any release does; without, it is silent.
+    /// waiter of this client.
     pub(crate) fn release_grants(
         &self,
         keys: &Arc<Keys>,
         grants: Vec<Grant>,
-        pass_on: bool,
+        how: GiveBack,
     ) -> Option<JoinHandle<()>> {
         let deadline = Instant::now() + self.inner.settings.node_timeout;
-        let grants = Arc::new(grants);
+        let (grants, how) = (Arc::new(grants), Arc::new(how));
         send_and_detach(self.inner.nodes.len(), deadline, |i| {
-            let (inner, keys, grants) = (self.inner.clone(), keys.clone(), grants.clone());
+            let (inner, keys, grants, how) = (
+                self.inner.clone(),
+                keys.clone(),
+                grants.clone(),
+                how.clone(),
+            );
             async move {
-                let channel = if pass_on {
-                    inner.waiters.wake_prefix()
-                } else {
-                    ""
-                };
+                let node = &inner.nodes[i];
+                let wake = inner.waiters.wake_prefix();
                 for grant in grants.iter().filter(|g| g.node == i) {
-                    let answer = inner.nodes[i]
-                        .release(keys.for_release(), &grant.token, channel, grant.fence)
-                        .await;
-                    debug!(node = inner.nodes[i].addr(), answer = ?answer, "release in the background");
+                    let answer = match &*how {
+                        GiveBack::Silently => {
+                            node.release(keys.for_release(), &grant.token, "", grant.fence)
+                                .await
+                        }
+                        GiveBack::PassingOn => {
+                            node.release(keys.for_release(), &grant.token, wake, grant.fence)
+                                .await
+                        }
+                        GiveBack::KeepingPlace(place, terms) => {
+                            node.give_back(keys.for_place(), &grant.token, place, terms, wake)
+                                .await
+                        }
+                    };
+                    debug!(node = node.addr(), answer = ?answer, "release in the background");
                 }
             }
         })
     }
+}
+
+/// What else a release in the background does.
+#[derive(Debug)]
+pub(crate) enum GiveBack {
+    /// Nothing: the lock was never held (an attempt that failed), so nobody is woken.
+    Silently,
+    /// Hands the lock on to the next waiter, as any release does.
+    PassingOn,
+    /// Puts this waiter back in line with these terms, as on the nodes that refused it (see
+    /// `lua/give_back.lua`).
+    KeepingPlace(Place, Terms),
 }
 
 /// Releases an attempt's grants if the attempt's future is dropped half-way.
@@ -832,9 +882,9 @@ impl Drop for ReleaseOnDrop<'_> {
         }
         // Without a runtime the answers are not awaited, and grants not reached expire at
         // their TTL.
-        let _ = self
-            .client
-            .release_in_background(self.keys, self.token, |_| true);
+        let _ =
+            self.client
+                .release_in_background(self.keys, self.token, GiveBack::Silently, |_| true);
     }
 }
 
@@ -850,6 +900,8 @@ struct Queued<'a> {
     /// The latest attempts' tokens, with when each started: the terms a release may hand the
     /// lock over on.
     attempts: VecDeque<(Arc<str>, Instant)>,
+    /// The terms of the latest failed attempt, which the nodes that refused it queued.
+    terms: Option<Terms>,
 }
 
 impl<'a> Queued<'a> {
@@ -881,6 +933,7 @@ impl<'a> Queued<'a> {
             },
             maybe_on: vec![false; client.inner.nodes.len()],
             attempts: VecDeque::with_capacity(ATTEMPTS_KEPT),
+            terms: None,
         })
     }
 
@@ -913,7 +966,9 @@ impl Drop for Queued<'_> {
         // passing the turn on.
         let grants = inner.waiters.forget(&self.place.waiter);
         if !grants.is_empty() {
-            let _ = self.client.release_grants(&self.keys, grants, true);
+            let _ = self
+                .client
+                .release_grants(&self.keys, grants, GiveBack::PassingOn);
         }
         if !self.maybe_on.contains(&true) {
             return;
@@ -928,7 +983,7 @@ impl Drop for Queued<'_> {
             async move {
                 if selected {
                     let answer = inner.nodes[i]
-                        .dequeue(keys.for_dequeue(), &waiter, inner.waiters.wake_prefix())
+                        .dequeue(keys.for_place(), &waiter, inner.waiters.wake_prefix())
                         .await;
                     debug!(node = inner.nodes[i].addr(), answer = ?answer, "dequeue");
                 }

@@ -53,6 +53,7 @@ pub(crate) struct Scripts {
     pub(crate) extend: LuaScript,
     pub(crate) release: LuaScript,
     pub(crate) dequeue: LuaScript,
+    pub(crate) give_back: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -76,6 +77,13 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         concat!(
             include_str!("../lua/queue.lua"),
             include_str!("../lua/dequeue.lua")
+        ),
+    ),
+    give_back: LuaScript::new(
+        16,
+        concat!(
+            include_str!("../lua/queue.lua"),
+            include_str!("../lua/give_back.lua")
         ),
     ),
 });
@@ -105,6 +113,17 @@ pub(crate) struct Place {
     pub(crate) priority: u64,
     /// How long a node keeps the place unless an attempt refreshes it.
     pub(crate) life: Duration,
+}
+
+/// The terms of a waiter's attempt, kept with its place: a release may hand the lock over on
+/// them (see `lua/release.lua`).
+#[derive(Debug, Clone)]
+pub(crate) struct Terms {
+    /// The attempt's token.
+    pub(crate) token: Arc<str>,
+    pub(crate) ttl: Duration,
+    /// The fencing token the attempt proposed last.
+    pub(crate) proposal: u64,
 }
 
 /// A node's answer to a release.
@@ -593,12 +612,33 @@ impl Node {
                 c.arg(token).arg(channel).arg(fence);
             })
             .await?;
-        match value {
-            Value::Int(1) => Ok(ReleaseReply::Deleted),
-            Value::Int(0) => Ok(ReleaseReply::Absent),
-            Value::Int(-1) => Ok(ReleaseReply::Foreign),
-            other => Err(unexpected("release", &other)),
-        }
+        release_reply(value)
+    }
+
+    /// Gives back the lock if `token` holds it, and puts the waiter of `place` back in line
+    /// with `terms` (see `lua/give_back.lua`), waking on `channel` an earlier waiter if the
+    /// lock is now free. Keys: the lock, its queue and the queue's terms.
+    pub(crate) async fn give_back(
+        &self,
+        keys: [&str; 3],
+        token: &str,
+        place: &Place,
+        terms: &Terms,
+        channel: &str,
+    ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
+        let value = self
+            .eval(Operation::Release, &SCRIPTS.give_back, &keys, |c| {
+                c.arg(token)
+                    .arg(&*place.waiter)
+                    .arg(place.priority)
+                    .arg(millis(place.life))
+                    .arg(&*terms.token)
+                    .arg(millis(terms.ttl))
+                    .arg(terms.proposal)
+                    .arg(channel);
+            })
+            .await?;
+        release_reply(value)
     }
 
     /// Gives up `waiter`'s place in the queue, waking the next waiter on `channel` if the lock
@@ -692,6 +732,16 @@ fn quarantine_left(health: &Health, period: Duration) -> Option<Duration> {
     (!left.is_zero()).then_some(left)
 }
 
+/// A release's (or give-back's) answer: 1 deleted, 0 already gone, -1 held by another token.
+fn release_reply(value: Value) -> std::result::Result<ReleaseReply, NodeFailureKind> {
+    match value {
+        Value::Int(1) => Ok(ReleaseReply::Deleted),
+        Value::Int(0) => Ok(ReleaseReply::Absent),
+        Value::Int(-1) => Ok(ReleaseReply::Foreign),
+        other => Err(unexpected("release", &other)),
+    }
+}
+
 fn non_negative(n: i64) -> u64 {
     u64::try_from(n).unwrap_or(0)
 }
@@ -778,9 +828,15 @@ mod tests {
     #[test]
     fn script_hashes_are_distinct() {
         let s = &*SCRIPTS;
-        assert_ne!(s.acquire.sha, s.extend.sha);
-        assert_ne!(s.extend.sha, s.release.sha);
-        assert_eq!(s.acquire.sha.len(), 40);
+        let all = [&s.acquire, &s.extend, &s.release, &s.dequeue, &s.give_back];
+        for (i, a) in all.iter().enumerate() {
+            assert_eq!(a.sha.len(), 40);
+            for b in &all[i + 1..] {
+                assert_ne!(a.sha, b.sha);
+                // Each has its own bit in a node's record of the scripts it has loaded.
+                assert_eq!(a.bit & b.bit, 0);
+            }
+        }
     }
 
     #[test]

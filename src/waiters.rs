@@ -247,7 +247,7 @@ fn give_back(inner: Arc<Inner>, key: String, grant: Grant) {
         node = grant.node,
         "giving back a lock handed to a waiter that left"
     );
-    let _ = client.release_grants(&keys, vec![grant], true);
+    let _ = client.release_grants(&keys, vec![grant], crate::lock::GiveBack::PassingOn);
 }
 
 /// Keeps the client's subscription on one master up until the client is dropped.

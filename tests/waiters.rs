@@ -476,3 +476,140 @@ async fn without_a_fence_to_go_above_a_release_only_wakes_the_waiter() {
     assert!(taken.fence() > holder_fence);
     taken.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_keep_taking_turns_with_two_of_five_masters_cut_off() {
+    const WORKERS: usize = 3;
+    const SECTIONS: usize = 40;
+    let nodes = common::nodes(5);
+    let mut clients = Vec::new();
+    for _ in 0..WORKERS {
+        // Each worker its own client, connected before the cut: the paused masters then hang
+        // mid-conversation, as masters behind a partition do.
+        let client = Client::builder()
+            .nodes(nodes.urls())
+            .node_timeout(Duration::from_millis(100))
+            .quarantine(Duration::ZERO)
+            .build()
+            .unwrap();
+        hold(&client, "cut-off-warm", 1_000)
+            .await
+            .release()
+            .await
+            .unwrap();
+        clients.push(client);
+    }
+    nodes.pause(3).unwrap();
+    nodes.pause(4).unwrap();
+    // Only the three live masters can grant, and only all three together make a quorum: when
+    // the masters disagree on whose turn it is, a release hands the lock to different waiters
+    // on different masters and nobody has it. Waiters whose grants fell short used to drop
+    // out of line on the masters that granted, and such rounds went on for seconds.
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|client| {
+            tokio::spawn(async move {
+                let opts = LockOptions::new(Duration::from_millis(1_500))
+                    .wait(Duration::from_millis(1_500));
+                let mut failed = Vec::new();
+                for _ in 0..SECTIONS {
+                    match client.acquire("cut-off", &opts).await {
+                        Ok(lock) => {
+                            tokio::time::sleep(Duration::from_millis(rand::random_range(5..30)))
+                                .await;
+                            lock.release().await.unwrap();
+                        }
+                        Err(e) => failed.push(e.to_string()),
+                    }
+                    tokio::time::sleep(Duration::from_millis(rand::random_range(5..40))).await;
+                }
+                failed
+            })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for t in tasks {
+        failed.extend(t.await.unwrap());
+    }
+    nodes.resume(3).unwrap();
+    nodes.resume(4).unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of {} acquires failed within their 1.5 s wait; the first: {}",
+        failed.len(),
+        WORKERS * SECTIONS,
+        failed[0]
+    );
+}
+
+/// Each node's queue for `name`: its waiter ids, and each one's terms without the lapse time
+/// (which is per node).
+async fn places(nodes: &redquorum::dev::LocalNodes, i: usize, name: &str) -> Vec<(String, String)> {
+    let mut conn = common::raw(nodes, i).await;
+    let waiters: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("redquorum:queue:{name}"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    for w in waiters {
+        let terms: String = redis::cmd("HGET")
+            .arg(format!("redquorum:queue-terms:{name}"))
+            .arg(&w)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let terms = terms
+            .split_once(' ')
+            .map(|(_, t)| t.to_owned())
+            .unwrap_or_default();
+        out.push((w, terms));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_short_of_a_quorum_stays_in_line_on_the_nodes_that_granted() {
+    let nodes = common::nodes(5);
+    // A holder on nodes 1 to 3 only (a client of those three), so that a waiter's attempt is
+    // granted on nodes 0 and 4 and refused on the others.
+    let holder = Client::builder()
+        .nodes(nodes.urls()[1..4].to_vec())
+        .node_timeout(common::NODE_TIMEOUT)
+        .quarantine(Duration::ZERO)
+        .build()
+        .unwrap();
+    let lock = hold(&holder, "short", 30_000).await;
+    let task = waiter(common::client(&nodes), "short", NEVER);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Two grants of five: given back, with the waiter's place kept on the nodes that granted,
+    // at the same priority and on the same terms as on those that refused. The nodes agree
+    // on who is next and on what a release hands over.
+    let on_first = places(&nodes, 1, "short").await;
+    assert_eq!(on_first.len(), 1, "{on_first:?}");
+    for i in [0, 2, 3, 4] {
+        assert_eq!(places(&nodes, i, "short").await, on_first, "node {i}");
+        assert_eq!(
+            common::stored_token(&nodes, i, "short").await.is_some(),
+            (1..4).contains(&i),
+            "node {i}"
+        );
+    }
+    // The release hands the lock over on nodes 1 to 3: a quorum of the five.
+    lock.release().await.unwrap();
+    let handed = got(task, "the waiter never got the lock").await;
+    assert!(handed.token().contains('/'), "{}", handed.token());
+    // The place on nodes 0 and 4, which no grant took, is given up once the waiter has the lock.
+    for i in 0..5 {
+        assert!(
+            common::eventually(Duration::from_secs(1), || async {
+                !queue_exists(&nodes, i, "short").await
+            })
+            .await,
+            "node {i} still has a queue"
+        );
+    }
+    handed.release().await.unwrap();
+}

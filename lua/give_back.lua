@@ -1,0 +1,36 @@
+-- Give back a grant that did not make a quorum, and put the waiter back in line.
+-- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
+-- acquire.lua). ARGV[1]: the grant's token. ARGV[2]: the waiter id. ARGV[3]: its priority.
+-- ARGV[4]: how long its place is kept, in milliseconds. ARGV[5], ARGV[6], ARGV[7]: the terms
+-- of the waiter's latest attempt (its token, TTL in milliseconds and proposed fencing token).
+-- ARGV[8]: the prefix of the wake channels (as in release.lua).
+-- Returns 1 when deleted, 0 when the key was already gone, -1 when another token holds it.
+--
+-- A grant, by an attempt or by a release's handover, takes the waiter's place off this node's
+-- queue, while the nodes that refused the same waiter keep it in line. A waiter that got no
+-- quorum and gave the grants back would then be first on some nodes and missing on others,
+-- and the next release would hand the lock to different waiters on different nodes: with
+-- only a bare majority of the nodes reachable, nobody gets a quorum, again and again. So the
+-- place comes back with the same priority and the same terms as on the other nodes, whatever
+-- the lock key held (the waiter still waits).
+--
+-- An earlier waiter may have queued here while the grant stood; the lock now being free, it
+-- is woken rather than left to its retry delay.
+--
+-- first_waiter, queue_place and channel_of come from queue.lua, put in front of this script.
+local current = redis.call('GET', KEYS[1])
+local result = -1
+if current == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  result = 1
+elseif current == false then
+  result = 0
+end
+queue_place(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+if result == 1 then
+  local first = first_waiter(KEYS[2], KEYS[3])
+  if first and first ~= ARGV[2] then
+    redis.call('PUBLISH', channel_of(ARGV[8], first), first)
+  end
+end
+return result
