@@ -227,6 +227,10 @@ impl Node {
             return Err(Error::invalid("node", format!("{shown:?} has no host")));
         }
         let client = redis::Client::open(url)
+            .and_then(|c| {
+                let info = c.get_connection_info().clone();
+                redis::Client::open(info.set_tcp_settings(tcp_settings(settings.connect_timeout)))
+            })
             .map_err(|e| Error::invalid("node", format!("{shown:?} was rejected: {e}")))?;
         let addr = client.get_connection_info().addr().to_string();
         if parsed.scheme() == "rediss" {
@@ -730,6 +734,32 @@ fn quarantine_left(health: &Health, period: Duration) -> Option<Duration> {
     let until = health.started_at? + period;
     let left = until.saturating_duration_since(Instant::now());
     (!left.is_zero()).then_some(left)
+}
+
+/// TCP options of every connection to a node: `stall` is the connect timeout, at least 1 s.
+///
+/// A node cut off by the network neither answers nor says so: the commands sent sit in the
+/// socket while TCP resends them at ever longer intervals, and after the network comes back the
+/// connection can stay silent for seconds more. Commands past their deadline do not close it,
+/// and must not: a paused node runs the commands it was sent when it resumes, the release
+/// after the grant. `TCP_USER_TIMEOUT` closes it once sent bytes have gone unacknowledged by
+/// the node's kernel (which acknowledges for a paused process too) for `stall`, and the next
+/// command connects anew; keepalive probes do the same for a connection that only listens,
+/// like the release subscription.
+fn tcp_settings(stall: Duration) -> redis::io::tcp::TcpSettings {
+    let settings = redis::io::tcp::TcpSettings::default();
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = {
+        let stall = stall.max(Duration::from_secs(1));
+        settings.set_user_timeout(stall).set_keepalive(
+            redis::io::tcp::socket2::TcpKeepalive::new()
+                .with_time(stall)
+                .with_interval(stall),
+        )
+    };
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "fuchsia")))]
+    let _ = stall;
+    settings
 }
 
 /// A release's (or give-back's) answer: 1 deleted, 0 already gone, -1 held by another token.
