@@ -135,6 +135,9 @@ pub(crate) struct PhaseStats {
     /// End (ns): the next phase's start, or the end of the history.
     pub(crate) to: u64,
     /// Acquires invoked in the phase.
+    pub(crate) invoked: u64,
+    /// Acquires judged: those invoked, less (after a heal) those that failed only once the next
+    /// fault was under way.
     pub(crate) acquires: u64,
     /// Of which succeeded.
     pub(crate) acquired: u64,
@@ -233,7 +236,7 @@ impl Analysis {
     pub(crate) fn max_recovery_ms(&self) -> Option<f64> {
         self.phases
             .iter()
-            .filter(|p| p.kind == PhaseKind::Heal && p.acquires > 0)
+            .filter(|p| p.kind == PhaseKind::Heal && p.invoked > 0)
             .map(|p| p.recovery_ms.unwrap_or(f64::INFINITY))
             .reduce(f64::max)
     }
@@ -260,7 +263,7 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
     let mut faults: BTreeMap<u32, FaultRecord> = BTreeMap::new();
     let mut phase_marks: Vec<(u64, String, PhaseKind)> = Vec::new();
     // Acquire invocations, with their outcome once known: (worker, invoked, ok time).
-    let mut acquire_log: Vec<(u64, Option<u64>)> = Vec::new();
+    let mut acquire_log: Vec<AcquireRecord> = Vec::new();
     let mut acquire_index: HashMap<(WorkerId, u64), usize> = HashMap::new();
 
     for e in &events {
@@ -270,7 +273,11 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
                 a.acquire.invoked += 1;
                 acquires.insert((w, *op), e.t);
                 acquire_index.insert((w, *op), acquire_log.len());
-                acquire_log.push((e.t, None));
+                acquire_log.push(AcquireRecord {
+                    invoked: e.t,
+                    ok: None,
+                    ended: None,
+                });
             }
             EventKind::AcquireOk {
                 op,
@@ -281,7 +288,8 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
                 a.acquire.ok += 1;
                 let invoked = acquires.remove(&(w, *op)).unwrap_or(e.t);
                 if let Some(&i) = acquire_index.get(&(w, *op)) {
-                    acquire_log[i].1 = Some(e.t);
+                    acquire_log[i].ok = Some(e.t);
+                    acquire_log[i].ended = Some(e.t);
                 }
                 by_token.insert(token.clone(), a.holds.len());
                 a.holds.push(Hold {
@@ -299,6 +307,9 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
             EventKind::AcquireFail { op, .. } => {
                 a.acquire.fail += 1;
                 acquires.remove(&(w, *op));
+                if let Some(&i) = acquire_index.get(&(w, *op)) {
+                    acquire_log[i].ended = Some(e.t);
+                }
             }
             EventKind::ExtendInvoke { op, token } => {
                 a.extend.invoked += 1;
@@ -539,14 +550,24 @@ fn resource_checks(writes: &[Write]) -> (u64, u64, u64) {
     (lost, stale, rejected)
 }
 
+/// One acquire, for the per-phase figures (times in ns).
+struct AcquireRecord {
+    invoked: u64,
+    ok: Option<u64>,
+    /// When it succeeded or failed; `None` while its outcome is unknown.
+    ended: Option<u64>,
+}
+
 /// Acquire success per phase. In an `Unavailable` phase a majority is out from the phase's
 /// start (the fault confirmed) until the runner starts to heal it (the next fault invoked): an
 /// acquire that started and succeeded in that window was granted by a minority, and only those
 /// count as successes there. One that started there but succeeded after the heal began merely
-/// waited long enough.
+/// waited long enough. In a `Heal` phase an acquire that failed only after the next fault was
+/// invoked is left out: it met that fault (the phase itself lasts until the fault is
+/// confirmed).
 fn phase_stats(
     marks: &[(u64, String, PhaseKind)],
-    acquires: &[(u64, Option<u64>)],
+    acquires: &[AcquireRecord],
     fault_times: &[u64],
     end: u64,
 ) -> Vec<PhaseStats> {
@@ -555,19 +576,27 @@ fn phase_stats(
         .enumerate()
         .map(|(i, (from, name, kind))| {
             let to = marks.get(i + 1).map_or(end, |m| m.0);
-            let within: Vec<&(u64, Option<u64>)> = acquires
+            let next_fault = fault_times
                 .iter()
-                .filter(|(invoked, _)| invoked >= from && (*invoked < to || i + 1 == marks.len()))
+                .copied()
+                .filter(|t| t > from)
+                .min()
+                .unwrap_or(to)
+                .min(to);
+            let within: Vec<&AcquireRecord> = acquires
+                .iter()
+                .filter(|r| r.invoked >= *from && (r.invoked < to || i + 1 == marks.len()))
                 .collect();
-            let first_ok = within.iter().filter_map(|(_, ok)| *ok).min();
-            let counts_until = if *kind == PhaseKind::Unavailable {
-                fault_times
+            let first_ok = within.iter().filter_map(|r| r.ok).min();
+            let judged: Vec<&&AcquireRecord> = match kind {
+                PhaseKind::Heal if next_fault < to => within
                     .iter()
-                    .copied()
-                    .filter(|t| t > from)
-                    .min()
-                    .unwrap_or(to)
-                    .min(to)
+                    .filter(|r| r.ok.is_some() || r.ended.is_some_and(|t| t < next_fault))
+                    .collect(),
+                _ => within.iter().collect(),
+            };
+            let counts_until = if *kind == PhaseKind::Unavailable {
+                next_fault
             } else {
                 u64::MAX
             };
@@ -576,10 +605,11 @@ fn phase_stats(
                 kind: *kind,
                 from: *from,
                 to,
-                acquires: within.len() as u64,
-                acquired: within
+                invoked: within.len() as u64,
+                acquires: judged.len() as u64,
+                acquired: judged
                     .iter()
-                    .filter(|(_, ok)| ok.is_some_and(|ok| ok < counts_until))
+                    .filter(|r| r.ok.is_some_and(|ok| ok < counts_until))
                     .count() as u64,
                 recovery_ms: (*kind == PhaseKind::Heal)
                     .then(|| first_ok.map(|ok| (ok.saturating_sub(*from)) as f64 / 1e6))
@@ -630,6 +660,9 @@ pub(crate) struct Expectation {
     pub(crate) fence_order: Want,
     /// Least acquire success rate in each phase where a tolerated fault is in effect.
     pub(crate) min_fault_success: Option<f64>,
+    /// Least acquire success rate in each phase after a heal: the masters are all back, and
+    /// an acquire that fails there was held up by what the fault left behind.
+    pub(crate) min_heal_success: Option<f64>,
     /// Longest time from a heal to the first successful acquire.
     pub(crate) max_recovery_ms: Option<f64>,
     /// Fewest successful acquires for the run to say anything.
@@ -647,6 +680,7 @@ impl Expectation {
             rejected: Want::Allowed,
             fence_order: Want::Forbidden,
             min_fault_success: None,
+            min_heal_success: None,
             max_recovery_ms: None,
             min_acquired: 1,
         }
@@ -689,6 +723,12 @@ impl Expectation {
         if let Some(min) = self.min_fault_success {
             s.push_str(&format!(
                 "; acquire success under a tolerated fault at least {:.0}%",
+                min * 100.0
+            ));
+        }
+        if let Some(min) = self.min_heal_success {
+            s.push_str(&format!(
+                "; acquire success after a heal at least {:.0}%",
                 min * 100.0
             ));
         }
@@ -798,6 +838,15 @@ pub(crate) fn judge(
     {
         reasons.push(format!(
             "acquire success {:.0}% under a tolerated fault (at least {:.0}% expected)",
+            rate * 100.0,
+            min * 100.0
+        ));
+    }
+    if let (Some(min), Some(rate)) = (expect.min_heal_success, a.min_success(PhaseKind::Heal))
+        && rate < min
+    {
+        reasons.push(format!(
+            "acquire success {:.0}% after a heal (at least {:.0}% expected)",
             rate * 100.0,
             min * 100.0
         ));
@@ -1221,6 +1270,42 @@ mod tests {
     }
 
     #[test]
+    fn after_a_heal_failures_caused_by_the_next_fault_are_left_out() {
+        let fail = |t, w, op| {
+            ev(
+                t,
+                w,
+                EventKind::AcquireFail {
+                    op,
+                    error: "quorum_unavailable".into(),
+                },
+            )
+        };
+        let mut h = vec![phase(0, "healed", PhaseKind::Heal)];
+        h.extend(hold(1, 1, 10, (10, 20, 100), Some(30)));
+        // Failed before the next fault: counts.
+        h.push(ev(40, 2, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
+        h.push(fail(60, 2, 1));
+        // Invoked in the heal, failed once the next fault was under way: left out.
+        h.push(ev(70, 3, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
+        h.push(ev(
+            80,
+            RUNNER,
+            EventKind::FaultInvoke {
+                id: 2,
+                action: "kill".into(),
+                targets: vec!["redis1".into()],
+            },
+        ));
+        h.push(fail(150, 3, 1));
+        h.push(phase(100, "majority down", PhaseKind::Unavailable));
+        let a = analyse(&h);
+        let heal = &a.phases[0];
+        assert_eq!((heal.invoked, heal.acquires, heal.acquired), (3, 2, 1));
+        assert_eq!(a.min_success(PhaseKind::Heal), Some(0.5));
+    }
+
+    #[test]
     fn liveness_thresholds_are_judged() {
         let mut h = vec![phase(0, "fault", PhaseKind::Fault)];
         h.push(ev(1, 1, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
@@ -1237,19 +1322,31 @@ mod tests {
         h.extend(hold(1, 5, 11, (11, 2000, 3000), Some(2001)));
         h.push(phase(2100, "final", PhaseKind::Final));
         h.extend(hold(2, 1, 12, (2101, 2102, 100), Some(2103)));
+        h.push(ev(12, 2, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
+        h.push(ev(
+            20,
+            2,
+            EventKind::AcquireFail {
+                op: 1,
+                error: "contended".into(),
+            },
+        ));
         let a = analyse(&h);
         assert_eq!(a.min_success(PhaseKind::Fault), Some(0.5));
+        assert_eq!(a.min_success(PhaseKind::Heal), Some(0.5));
         assert!((a.max_recovery_ms().unwrap() - 1990.0).abs() < 1e-6);
         let strict = Expectation {
             min_fault_success: Some(0.9),
+            min_heal_success: Some(0.9),
             max_recovery_ms: Some(1000.0),
             ..Expectation::clean()
         };
         let (v, reasons) = judge(&a, &strict, &[]);
         assert_eq!(v, Verdict::Fail);
-        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert_eq!(reasons.len(), 3, "{reasons:?}");
         let lenient = Expectation {
             min_fault_success: Some(0.5),
+            min_heal_success: Some(0.5),
             max_recovery_ms: Some(5000.0),
             ..Expectation::clean()
         };

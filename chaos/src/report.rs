@@ -59,6 +59,7 @@ fn phase_json(p: &PhaseStats) -> Value {
         "kind": p.kind,
         "from_s": secs(p.from),
         "to_s": secs(p.to),
+        "invoked": p.invoked,
         "acquires": p.acquires,
         "acquired": p.acquired,
         "success_rate": p.success_rate(),
@@ -91,6 +92,7 @@ fn figures(a: &Analysis) -> Value {
         "false_acquires": a.false_acquires,
         "final_acquire": a.final_acquire,
         "min_success_under_fault": a.min_success(PhaseKind::Fault),
+        "min_success_after_heal": a.min_success(PhaseKind::Heal),
         "max_recovery_ms": a.max_recovery_ms().filter(|r| r.is_finite()),
         "faults": {
             "injected": a.faults.len(),
@@ -199,8 +201,8 @@ fn fmt_duration(d: Duration) -> String {
 /// The results table, one row per scenario.
 pub(crate) fn markdown_table(outcomes: &[ScenarioOutcome]) -> String {
     let mut t = String::from(
-        "| scenario | expected | verdict | acquires ok / fail / unknown | faults confirmed | definite (max overlap) | possible | stale writes accepted / refused | lost updates | min success under fault | max recovery | final acquire | time |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| scenario | expected | verdict | acquires ok / fail / unknown | faults confirmed | definite (max overlap) | possible | stale writes accepted / refused | lost updates | min success under fault | min success after heal | max recovery | final acquire | time |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for o in outcomes {
         let a = &o.analysis;
@@ -210,9 +212,10 @@ pub(crate) fn markdown_table(outcomes: &[ScenarioOutcome]) -> String {
         } else {
             format!("{} ({:.0} ms)", a.definite.len(), a.max_definite_ms())
         };
-        let success = a
-            .min_success(PhaseKind::Fault)
-            .map_or("-".to_owned(), |r| format!("{:.0}%", r * 100.0));
+        let success = |kind| {
+            a.min_success(kind)
+                .map_or("-".to_owned(), |r| format!("{:.0}%", r * 100.0))
+        };
         let recovery = match a.max_recovery_ms() {
             Some(r) if r.is_finite() => format!("{r:.0} ms"),
             Some(_) => "never".to_owned(),
@@ -225,7 +228,7 @@ pub(crate) fn markdown_table(outcomes: &[ScenarioOutcome]) -> String {
         };
         let _ = writeln!(
             t,
-            "| {} | {} | **{}** | {} / {} / {} | {}/{} | {} | {} | {} / {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | **{}** | {} / {} / {} | {}/{} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} |",
             o.scenario.name,
             expected,
             o.verdict.label(),
@@ -239,7 +242,8 @@ pub(crate) fn markdown_table(outcomes: &[ScenarioOutcome]) -> String {
             a.stale_accepted,
             a.rejected,
             a.lost_updates,
-            success,
+            success(PhaseKind::Fault),
+            success(PhaseKind::Heal),
             recovery,
             final_acquire,
             fmt_duration(o.duration),
