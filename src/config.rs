@@ -28,7 +28,9 @@ pub mod defaults {
     pub const NODE_TIMEOUT: Duration = Duration::from_millis(50);
     /// How long a TCP (and TLS) connect to a node may take in the background: 1 s.
     ///
-    /// Calls never wait for this: they are cut off at the per-node deadline.
+    /// Calls never wait for this: they are cut off at the per-node deadline. It is also how
+    /// long (at least 1 s) an open connection may leave bytes unacknowledged by the node before
+    /// it is closed and made again, as when the network cuts the node off (Linux).
     pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
     /// Fixed part of the pause between two acquire attempts: 25 ms.
     pub const RETRY_DELAY: Duration = Duration::from_millis(25);
@@ -209,7 +211,9 @@ impl ClientBuilder {
         self
     }
 
-    /// Background connect deadline. Default: [`defaults::CONNECT_TIMEOUT`].
+    /// Background connect deadline, and how long (at least 1 s) a connection may go without
+    /// the node acknowledging what was sent before it is remade. Default:
+    /// [`defaults::CONNECT_TIMEOUT`].
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.settings.connect_timeout = timeout;
         self
