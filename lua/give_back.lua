@@ -2,8 +2,9 @@
 -- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
 -- acquire.lua). ARGV[1]: the grant's token. ARGV[2]: the waiter id. ARGV[3]: its priority.
 -- ARGV[4]: how long its place is kept, in milliseconds. ARGV[5], ARGV[6], ARGV[7]: the terms
--- of the waiter's latest attempt (its token, TTL in milliseconds and proposed fencing token).
--- ARGV[8]: the prefix of the wake channels (as in release.lua).
+-- of the waiter's attempt (its token, TTL in milliseconds and proposed fencing token), or three
+-- empty strings for a place without terms. ARGV[8]: the prefix of the wake channels (as in
+-- release.lua).
 -- Returns 1 when deleted, 0 when the key was already gone, -1 when another token holds it.
 --
 -- A grant, by an attempt or by a release's handover, takes the waiter's place off this node's
@@ -11,26 +12,32 @@
 -- quorum and gave the grants back would then be first on some nodes and missing on others,
 -- and the next release would hand the lock to different waiters on different nodes: with
 -- only a bare majority of the nodes reachable, nobody gets a quorum, again and again. So the
--- place comes back with the same priority and the same terms as on the other nodes, whatever
--- the lock key held (the waiter still waits).
+-- place comes back with the same priority (the waiter still waits): after a failed attempt,
+-- with that attempt's terms, which the refusing nodes have; after a handover that fell short,
+-- with none, because those terms were used already.
+--
+-- Only where the grant was still there to delete: from the grant to its give-back, the lock
+-- was not free on this node, so no release can have handed it over to the waiter meanwhile,
+-- taking the place for good. Anywhere else (a node that refused the attempt, and may have
+-- handed the lock to the waiter since) the queue is left alone: a place put back there after
+-- a handover would have the next release hand over, to this waiter, a token it has used
+-- already, which its client could take for the lock it holds, and leave until its TTL.
 --
 -- An earlier waiter may have queued here while the grant stood; the lock now being free, it
 -- is woken rather than left to its retry delay.
 --
 -- first_waiter, queue_place and channel_of come from queue.lua, put in front of this script.
 local current = redis.call('GET', KEYS[1])
-local result = -1
-if current == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  result = 1
-elseif current == false then
-  result = 0
-end
-queue_place(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
-if result == 1 then
-  local first = first_waiter(KEYS[2], KEYS[3])
-  if first and first ~= ARGV[2] then
-    redis.call('PUBLISH', channel_of(ARGV[8], first), first)
+if current ~= ARGV[1] then
+  if current == false then
+    return 0
   end
+  return -1
 end
-return result
+redis.call('DEL', KEYS[1])
+queue_place(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+local first = first_waiter(KEYS[2], KEYS[3])
+if first and first ~= ARGV[2] then
+  redis.call('PUBLISH', channel_of(ARGV[8], first), first)
+end
+return 1

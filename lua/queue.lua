@@ -27,12 +27,16 @@ local function first_waiter(queue, terms)
 end
 
 -- Takes or refreshes a waiter's place: its priority, and its terms (see acquire.lua), kept for
--- `life` milliseconds.
+-- `life` milliseconds. Without a token, the place has no terms: a release only wakes it.
 local function queue_place(queue, terms, waiter, priority, life, token, ttl, proposal)
   life = tonumber(life)
   redis.call('ZADD', queue, priority, waiter)
-  redis.call('HSET', terms, waiter,
-    string.format('%d %s %s %s', now_ms() + life, token, ttl, proposal))
+  if token == '' then
+    redis.call('HSET', terms, waiter, string.format('%d', now_ms() + life))
+  else
+    redis.call('HSET', terms, waiter,
+      string.format('%d %s %s %s', now_ms() + life, token, ttl, proposal))
+  end
   -- The queue lasts as long as its longest-lived place.
   if redis.call('PTTL', queue) < life then
     redis.call('PEXPIRE', queue, life)

@@ -417,13 +417,18 @@ impl Client {
             grants = grants.len(),
             "handed over on too few nodes; giving it back"
         );
-        // Still first in line: back in the queue where the grants took the place, on the terms
-        // the other nodes have, or the next release would hand the lock to someone else there.
-        let how = match &q.terms {
-            Some(terms) => GiveBack::KeepingPlace(q.place.clone(), terms.clone()),
-            None => GiveBack::Silently,
-        };
-        let _ = self.release_grants(&q.keys, grants, how);
+        // Still first in line: back in the queue where the grants took the place, or the next
+        // release there would hand the lock to someone else. Without terms, so that a release
+        // there only wakes this waiter: the terms these grants were made on must not hand the
+        // same token over twice, or a second handover could pass for the lock it already had.
+        let _ = self.release_grants(
+            &q.keys,
+            grants,
+            GiveBack::KeepingPlace(q.place.clone(), None),
+        );
+        for on in &mut q.maybe_on {
+            *on = true;
+        }
         None
     }
 
@@ -598,8 +603,7 @@ impl Client {
                 for (i, on) in q.maybe_on.iter_mut().enumerate() {
                     *on |= ours(i);
                 }
-                q.terms = Some(terms.clone());
-                GiveBack::KeepingPlace(q.place.clone(), terms)
+                GiveBack::KeepingPlace(q.place.clone(), Some(terms))
             }
             None => GiveBack::Silently,
         };
@@ -844,8 +848,14 @@ impl Client {
                                 .await
                         }
                         GiveBack::KeepingPlace(place, terms) => {
-                            node.give_back(keys.for_place(), &grant.token, place, terms, wake)
-                                .await
+                            node.give_back(
+                                keys.for_place(),
+                                &grant.token,
+                                place,
+                                terms.as_ref(),
+                                wake,
+                            )
+                            .await
                         }
                     };
                     debug!(node = node.addr(), answer = ?answer, "release in the background");
@@ -862,9 +872,9 @@ pub(crate) enum GiveBack {
     Silently,
     /// Hands the lock on to the next waiter, as any release does.
     PassingOn,
-    /// Puts this waiter back in line with these terms, as on the nodes that refused it (see
-    /// `lua/give_back.lua`).
-    KeepingPlace(Place, Terms),
+    /// Puts this waiter back in line, with these terms (as on the nodes that refused it) or
+    /// with none, so that a release there only wakes it (see `lua/give_back.lua`).
+    KeepingPlace(Place, Option<Terms>),
 }
 
 /// Releases an attempt's grants if the attempt's future is dropped half-way.
@@ -900,8 +910,6 @@ struct Queued<'a> {
     /// The latest attempts' tokens, with when each started: the terms a release may hand the
     /// lock over on.
     attempts: VecDeque<(Arc<str>, Instant)>,
-    /// The terms of the latest failed attempt, which the nodes that refused it queued.
-    terms: Option<Terms>,
 }
 
 impl<'a> Queued<'a> {
@@ -933,7 +941,6 @@ impl<'a> Queued<'a> {
             },
             maybe_on: vec![false; client.inner.nodes.len()],
             attempts: VecDeque::with_capacity(ATTEMPTS_KEPT),
-            terms: None,
         })
     }
 

@@ -620,14 +620,14 @@ impl Node {
     }
 
     /// Gives back the lock if `token` holds it, and puts the waiter of `place` back in line
-    /// with `terms` (see `lua/give_back.lua`), waking on `channel` an earlier waiter if the
+    /// with `terms`, or none (see `lua/give_back.lua`), waking on `channel` an earlier waiter if the
     /// lock is now free. Keys: the lock, its queue and the queue's terms.
     pub(crate) async fn give_back(
         &self,
         keys: [&str; 3],
         token: &str,
         place: &Place,
-        terms: &Terms,
+        terms: Option<&Terms>,
         channel: &str,
     ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
         let value = self
@@ -635,11 +635,12 @@ impl Node {
                 c.arg(token)
                     .arg(&*place.waiter)
                     .arg(place.priority)
-                    .arg(millis(place.life))
-                    .arg(&*terms.token)
-                    .arg(millis(terms.ttl))
-                    .arg(terms.proposal)
-                    .arg(channel);
+                    .arg(millis(place.life));
+                match terms {
+                    Some(t) => c.arg(&*t.token).arg(millis(t.ttl)).arg(t.proposal),
+                    None => c.arg("").arg("").arg(""),
+                };
+                c.arg(channel);
             })
             .await?;
         release_reply(value)

@@ -613,3 +613,66 @@ async fn a_waiter_short_of_a_quorum_stays_in_line_on_the_nodes_that_granted() {
     }
     handed.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_released_lock_comes_back_under_contention() {
+    const WORKERS: usize = 8;
+    let nodes = common::nodes(5);
+    let run_for = Duration::from_secs(4);
+    let started = Instant::now();
+    // Each released token, with when its release returned.
+    let released: Arc<std::sync::Mutex<std::collections::HashMap<String, Instant>>> =
+        Arc::default();
+    let mut tasks = Vec::new();
+    for _ in 0..WORKERS {
+        let client = common::client(&nodes);
+        let released = released.clone();
+        tasks.push(tokio::spawn(async move {
+            let opts = LockOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(10));
+            let mut sections = 0u32;
+            while started.elapsed() < run_for {
+                let lock = client.acquire("come-back", &opts).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let token = lock.token().to_owned();
+                lock.release().await.unwrap();
+                released.lock().unwrap().insert(token, Instant::now());
+                sections += 1;
+            }
+            sections
+        }));
+    }
+    // Meanwhile, every node's lock key: a token seen well after its release is a lock handed
+    // over again under a token its waiter had used already, which that waiter's client took
+    // for the lock it had, and left on the node until its TTL. Nobody can release it.
+    let mut resurrected = Vec::new();
+    let mut conns = Vec::new();
+    for i in 0..5 {
+        conns.push(common::raw(&nodes, i).await);
+    }
+    while started.elapsed() < run_for {
+        for (i, conn) in conns.iter_mut().enumerate() {
+            let token: Option<String> = redis::cmd("GET")
+                .arg("redquorum:lock:come-back")
+                .query_async(conn)
+                .await
+                .unwrap();
+            let Some(token) = token else { continue };
+            let since = released.lock().unwrap().get(&token).map(Instant::elapsed);
+            if since.is_some_and(|s| s > Duration::from_millis(500)) {
+                resurrected.push((i, token));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    assert!(total > 0);
+    assert!(
+        resurrected.is_empty(),
+        "{} sightings of released locks back on a node ({total} sections), the first: {:?}",
+        resurrected.len(),
+        resurrected[0]
+    );
+}
