@@ -421,14 +421,16 @@ impl Client {
         // release there would hand the lock to someone else. Without terms, so that a release
         // there only wakes this waiter: the terms these grants were made on must not hand the
         // same token over twice, or a second handover could pass for the lock it already had.
+        for g in &grants {
+            if let Some(on) = q.maybe_on.get_mut(g.node) {
+                *on = true;
+            }
+        }
         let _ = self.release_grants(
             &q.keys,
             grants,
             GiveBack::KeepingPlace(q.place.clone(), None),
         );
-        for on in &mut q.maybe_on {
-            *on = true;
-        }
         None
     }
 
@@ -868,7 +870,8 @@ impl Client {
 /// What else a release in the background does.
 #[derive(Debug)]
 pub(crate) enum GiveBack {
-    /// Nothing: the lock was never held (an attempt that failed), so nobody is woken.
+    /// Nothing more: nobody is woken and no queue changes (an attempt's grants when the
+    /// caller does not wait, or grants left over once a waiter has the lock).
     Silently,
     /// Hands the lock on to the next waiter, as any release does.
     PassingOn,
@@ -905,7 +908,8 @@ struct Queued<'a> {
     keys: Arc<Keys>,
     place: Place,
     /// Per node: whether the place may be there. Refusals queue the caller; a grant removes
-    /// its place; a node that did not answer may have done either.
+    /// its place, and giving the grant back puts it back; a node that did not answer may have
+    /// done either.
     maybe_on: Vec<bool>,
     /// The latest attempts' tokens, with when each started: the terms a release may hand the
     /// lock over on.
