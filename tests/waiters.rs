@@ -215,6 +215,19 @@ async fn queue_exists(nodes: &redquorum::dev::LocalNodes, i: usize, name: &str) 
     n > 0
 }
 
+/// Fails unless, within 1 s, no node has a waiting place left for `name`.
+async fn queues_empty_soon(nodes: &redquorum::dev::LocalNodes, name: &str) {
+    for i in 0..nodes.len() {
+        assert!(
+            common::eventually(Duration::from_secs(1), || async {
+                !queue_exists(nodes, i, name).await
+            })
+            .await,
+            "node {i} still has a queue"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_different_clients_take_turns_in_arrival_order() {
     const WAITERS: usize = 4;
@@ -258,15 +271,7 @@ async fn waiters_of_different_clients_take_turns_in_arrival_order() {
         "the four turns took {took:?}"
     );
     // Every place was taken off the queues as its waiter got the lock.
-    for i in 0..5 {
-        assert!(
-            common::eventually(Duration::from_secs(1), || async {
-                !queue_exists(&nodes, i, "turns").await
-            })
-            .await,
-            "node {i} still has a queue"
-        );
-    }
+    queues_empty_soon(&nodes, "turns").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -537,14 +542,6 @@ async fn a_waiter_short_of_a_quorum_stays_in_line_on_the_nodes_that_granted() {
     let handed = got(task, "the waiter never got the lock").await;
     assert!(handed.token().contains('/'), "{}", handed.token());
     // The place on nodes 0 and 4, which no grant took, is given up once the waiter has the lock.
-    for i in 0..5 {
-        assert!(
-            common::eventually(Duration::from_secs(1), || async {
-                !queue_exists(&nodes, i, "short").await
-            })
-            .await,
-            "node {i} still has a queue"
-        );
-    }
+    queues_empty_soon(&nodes, "short").await;
     handed.release().await.unwrap();
 }
