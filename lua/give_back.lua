@@ -26,7 +26,7 @@
 -- An earlier waiter may have queued here while the grant stood; the lock now being free, it
 -- is woken rather than left to its retry delay.
 --
--- first_waiter, queue_place and channel_of come from queue.lua, put in front of this script.
+-- queue_place and wake_first come from queue.lua, put in front of this script.
 local current = redis.call('GET', KEYS[1])
 if current ~= ARGV[1] then
   if current == false then
@@ -36,8 +36,5 @@ if current ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 queue_place(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
-local first = first_waiter(KEYS[2], KEYS[3])
-if first and first ~= ARGV[2] then
-  redis.call('PUBLISH', channel_of(ARGV[8], first), first)
-end
+wake_first(KEYS[2], KEYS[3], ARGV[8], ARGV[2])
 return 1

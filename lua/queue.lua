@@ -50,3 +50,10 @@ local function channel_of(prefix, waiter)
   return prefix .. string.match(waiter, '^[^.]*')
 end
 
+-- Wakes the first waiter, unless it is `except` (a waiter about to try anyway).
+local function wake_first(queue, terms, prefix, except)
+  local first = first_waiter(queue, terms)
+  if first and first ~= except then
+    redis.call('PUBLISH', channel_of(prefix, first), first)
+  end
+end

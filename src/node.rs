@@ -226,9 +226,8 @@ impl Node {
         if parsed.host_str().is_none_or(str::is_empty) {
             return Err(Error::invalid("node", format!("{shown:?} has no host")));
         }
-        let client = redis::Client::open(url)
-            .and_then(|c| {
-                let info = c.get_connection_info().clone();
+        let client = redis::IntoConnectionInfo::into_connection_info(url)
+            .and_then(|info| {
                 redis::Client::open(info.set_tcp_settings(tcp_settings(settings.connect_timeout)))
             })
             .map_err(|e| Error::invalid("node", format!("{shown:?} was rejected: {e}")))?;
@@ -397,7 +396,6 @@ impl Node {
         match result {
             Ok(value) => {
                 self.loaded.fetch_or(script.bit, Ordering::Relaxed);
-                self.connected.store(true, Ordering::Relaxed);
                 self.metrics.success(op, started.elapsed().as_secs_f64());
                 Ok(value)
             }
