@@ -4,15 +4,18 @@
 -- queue (sorted set of waiter ids, by priority). KEYS[4]: each queued place's terms (hash of
 -- waiter id to '<lapse> <token> <ttl> <proposal>': when the place lapses, in this node's
 -- milliseconds, and the attempt it came from, on whose terms a release may hand the lock
--- straight over; see release.lua).
+-- straight over; see release.lua). KEYS[5], KEYS[6], KEYS[7]: the deployment's marker, the
+-- longest TTL asked for here, and the quarantine (see mark.lua).
 -- ARGV[1]: holder token. ARGV[2]: TTL in milliseconds. ARGV[3]: proposed fencing token.
 -- ARGV[4]: the caller's waiter id, or '' for a caller that does not wait. ARGV[5]: its
--- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds.
+-- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds (0: the
+-- caller takes no place).
 -- Returns {1, fence} when granted; {0, pttl, holder's fence} when another token holds the
 -- lock (the fence names the holder without giving its token away, so that a client can tell
 -- one holder from a split vote); {2, counter} when the proposal is not above this node's
 -- counter (propose higher); {3} when the lock is free but an earlier waiter goes first;
--- {4, token, fence} when a release handed the lock to the calling waiter (see release.lua).
+-- {4, token, fence} when a release handed the lock to the calling waiter (see release.lua);
+-- {5} when this node carries no deployment marker; {6, pttl} while it is quarantined.
 --
 -- Granting only above the counter, and raising the counter in the same script, is what makes
 -- fencing tokens grow in the order acquisitions happen: any two quorums share a node, and
@@ -26,16 +29,32 @@
 --
 -- first_waiter and queue_place come from queue.lua, put in front of this script.
 
--- Takes or refreshes the caller's place in the queue.
+-- Takes or refreshes the caller's place in the queue. A place with no life is not taken: the
+-- caller waits but is out of line (it reaches too few nodes to take the lock, and must not hold
+-- up callers that can).
 local function queue_caller()
-  if ARGV[4] ~= '' then
+  if ARGV[4] ~= '' and ARGV[6] ~= '0' then
     queue_place(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], ARGV[1], ARGV[2], ARGV[3])
   end
 end
 
--- One read for both keys: each call from a script costs about as much as a command of its own.
-local read = redis.call('MGET', KEYS[1], KEYS[2])
+-- One read for every key: each call from a script costs about as much as a command of its own.
+local read = redis.call('MGET', KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7])
 local current, counter = read[1], tonumber(read[2] or '0')
+-- A node without the marker may have lost locks it granted (a restart without persistence, a
+-- flush, an eviction): it grants nothing until a client has marked it, in quarantine if
+-- another node says the deployment was in use. Checked here, in the same step as the grant,
+-- so that no reconnect, flush or restart between two health readings can slip past it.
+if not read[3] then
+  return {5}
+end
+if read[5] then
+  return {6, redis.call('PTTL', KEYS[7])}
+end
+-- The longest TTL asked for: how long a node that loses its data must be quarantined.
+if tonumber(ARGV[2]) > tonumber(read[4] or '0') then
+  redis.call('SET', KEYS[6], ARGV[2])
+end
 if current and current ~= ARGV[1] then
   -- A release handed the lock to this very waiter (release.lua), whose message may have been
   -- lost: say so, with the lock's token and fencing token, instead of refusing.

@@ -1,5 +1,6 @@
 -- Push back a lock's expiry, only while this token still holds it.
--- KEYS[1]: lock key. KEYS[2]: the name's fencing counter.
+-- KEYS[1]: lock key. KEYS[2]: the name's fencing counter. KEYS[3]: the longest TTL asked for
+-- on this node (see acquire.lua).
 -- ARGV[1]: holder token. ARGV[2]: new TTL in milliseconds.
 -- Returns the holder's fencing token (the counter, which nobody can raise while the lock is
 -- held here) when extended, -1 when the key is gone or held by another token.
@@ -8,6 +9,9 @@
 -- be made to vote for a holder it no longer knows.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
+    redis.call('SET', KEYS[3], ARGV[2])
+  end
   return tonumber(redis.call('GET', KEYS[2]) or '0')
 end
 return -1

@@ -1,7 +1,9 @@
 -- Delete a lock, only if this token holds it (compare-and-delete), and hand it to the waiter
 -- whose turn it is, or at least wake that waiter.
 -- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
--- acquire.lua). KEYS[4]: the name's fencing counter. ARGV[1]: holder token. ARGV[2]: the
+-- acquire.lua). KEYS[4]: the name's fencing counter. KEYS[5], KEYS[6]: the deployment's
+-- marker and quarantine (a node without the one, or with the other, hands nothing over, since
+-- its grants would not count). ARGV[1]: holder token. ARGV[2]: the
 -- prefix of the wake channels, or '' to stay silent (cleaning up after a failed attempt is no
 -- release worth waking anyone for). ARGV[3]: the released lock's fencing token, or 0 if
 -- unknown.
@@ -38,7 +40,8 @@ if current == ARGV[1] then
     local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
     local fence = math.max(tonumber(proposal or '0'), tonumber(ARGV[3]) + 1)
     -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
-    if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991 then
+    if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991
+        and redis.call('EXISTS', KEYS[5]) == 1 and redis.call('EXISTS', KEYS[6]) == 0 then
       fence = string.format('%d', fence)
       redis.call('SET', KEYS[4], fence)
       token = first .. '/' .. token

@@ -26,17 +26,67 @@ pub(crate) struct Keys {
     /// `{prefix}queue-terms:{name}`: when each waiter's place lapses, and on what terms a
     /// release may hand the lock to it.
     pub(crate) terms: String,
+    /// The keys every name shares: the deployment's marker, longest TTL and quarantine.
+    pub(crate) deployment: Arc<DeploymentKeys>,
+}
+
+/// Where a node keeps what it knows of its deployment (see `lua/mark.lua`).
+#[derive(Debug)]
+pub(crate) struct DeploymentKeys {
+    /// `{prefix}deployment`: the marker, with the deployment's id; no expiry.
+    pub(crate) marker: String,
+    /// `{prefix}longest-ttl`: the longest TTL asked for on the node, in ms; no expiry.
+    pub(crate) longest_ttl: String,
+    /// `{prefix}quarantine`: present, with its TTL, while the node is quarantined.
+    pub(crate) quarantine: String,
+}
+
+impl DeploymentKeys {
+    pub(crate) fn new(prefix: &str) -> Self {
+        DeploymentKeys {
+            marker: format!("{prefix}deployment"),
+            longest_ttl: format!("{prefix}longest-ttl"),
+            quarantine: format!("{prefix}quarantine"),
+        }
+    }
+
+    /// The keys of the deployment scripts (read and mark).
+    pub(crate) fn all(&self) -> [&str; 3] {
+        [&self.marker, &self.longest_ttl, &self.quarantine]
+    }
 }
 
 impl Keys {
     /// The keys of the acquire script.
-    pub(crate) fn for_acquire(&self) -> [&str; 4] {
-        [&self.lock, &self.fence, &self.queue, &self.terms]
+    pub(crate) fn for_acquire(&self) -> [&str; 7] {
+        let d = &self.deployment;
+        [
+            &self.lock,
+            &self.fence,
+            &self.queue,
+            &self.terms,
+            &d.marker,
+            &d.longest_ttl,
+            &d.quarantine,
+        ]
+    }
+
+    /// The keys of the extend script.
+    pub(crate) fn for_extend(&self) -> [&str; 3] {
+        [&self.lock, &self.fence, &self.deployment.longest_ttl]
     }
 
     /// The keys of the release script.
-    pub(crate) fn for_release(&self) -> [&str; 4] {
-        [&self.lock, &self.queue, &self.terms, &self.fence]
+    pub(crate) fn for_release(&self) -> [&str; 6] {
+        let d = &self.deployment;
+        [
+            &self.lock,
+            &self.queue,
+            &self.terms,
+            &self.fence,
+            &d.marker,
+            &d.quarantine,
+        ]
     }
 
     /// The keys of the scripts that act on a waiter's place (dequeue, give back).
@@ -62,6 +112,9 @@ pub(crate) struct Inner {
     /// steps back.
     pub(crate) highest_fence: AtomicU64,
     pub(crate) waiters: Waiters,
+    pub(crate) deployment_keys: Arc<DeploymentKeys>,
+    /// Set while a marking of the deployment runs in the background.
+    pub(crate) marking: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for Client {
@@ -135,7 +188,8 @@ impl Client {
         let mut nodes = Vec::with_capacity(builder.nodes.len());
         let node_settings = NodeSettings {
             connect_timeout: builder.settings.connect_timeout,
-            quarantine: builder.settings.quarantine(),
+            verify_votes: builder.settings.require_durable
+                || builder.settings.quarantine != Some(Duration::ZERO),
             require_durable: builder.settings.require_durable,
         };
         for url in &builder.nodes {
@@ -155,6 +209,8 @@ impl Client {
             inner: Arc::new(Inner {
                 nodes,
                 waiters: Waiters::new(&builder.settings.key_prefix),
+                deployment_keys: Arc::new(DeploymentKeys::new(&builder.settings.key_prefix)),
+                marking: std::sync::atomic::AtomicBool::new(false),
                 settings: builder.settings,
                 highest_fence: AtomicU64::new(0),
             }),
@@ -184,10 +240,11 @@ impl Client {
             fence: format!("{prefix}fence:{name}"),
             queue: format!("{prefix}queue:{name}"),
             terms: format!("{prefix}queue-terms:{name}"),
+            deployment: self.inner.deployment_keys.clone(),
         }))
     }
 
-    /// Reads every node's health now (uptime, persistence, quarantine), in node order. A node
+    /// Reads every node's health now (uptime, persistence, marker, quarantine), in node order. A node
     /// that cannot be read says why in [`NodeHealth::error`].
     pub async fn node_health(&self) -> Vec<NodeHealth> {
         let deadline = Instant::now()
@@ -202,7 +259,19 @@ impl Client {
             deadline,
             |i| {
                 let inner = self.inner.clone();
-                async move { inner.nodes[i].probe().await }
+                async move {
+                    let node = &inner.nodes[i];
+                    let read = async || {
+                        node.probe().await?;
+                        node.deployment(inner.deployment_keys.all()).await.map(drop)
+                    };
+                    match read().await {
+                        // The connection was found dead (the master may have restarted): the
+                        // reading is about the master as it is now, so read on a new one.
+                        Err(NodeFailureKind::Connection(_)) => read().await,
+                        other => other,
+                    }
+                }
             },
             |_, _| Decision::Pending,
         )

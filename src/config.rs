@@ -45,9 +45,15 @@ pub mod defaults {
     /// Prefix of every key redquorum writes: `redquorum:`. Locks are kept under
     /// `{prefix}lock:{name}` and fencing counters under `{prefix}fence:{name}`.
     pub const KEY_PREFIX: &str = "redquorum:";
-    /// Longest TTL a client accepts, and so how long a restarted node is quarantined: 24 h.
-    /// Set it to the longest TTL you use, so that restarted nodes rejoin sooner.
+    /// Longest TTL a client accepts: 24 h. (A node that loses its data is quarantined for the
+    /// longest TTL actually asked for in the deployment, which the nodes record; this bound
+    /// is used instead only when some node cannot be asked.)
     pub const MAX_TTL: Duration = super::limits::MAX_TTL;
+    /// How long [`Client::doctor`](crate::Client::doctor) gives each master, unless the
+    /// per-node deadline is longer: 2 s. Doctor connects anew and makes a few round trips.
+    pub const DOCTOR_DEADLINE: Duration = Duration::from_secs(2);
+    /// A master clock further than this from the local clock is reported: 1 s.
+    pub const CLOCK_OFFSET_WARNING: Duration = Duration::from_secs(1);
 }
 
 /// The bounds enforced on input; anything outside them is an
@@ -82,7 +88,7 @@ pub mod limits {
 pub(crate) struct ClientSettings {
     pub(crate) key_prefix: String,
     pub(crate) max_ttl: Duration,
-    /// `None`: the max TTL.
+    /// `None`: the longest TTL the nodes recorded.
     pub(crate) quarantine: Option<Duration>,
     pub(crate) require_durable: bool,
     pub(crate) fence_clock: bool,
@@ -96,11 +102,6 @@ impl ClientSettings {
     /// The clock-drift allowance for a TTL.
     pub(crate) fn drift(&self, ttl: Duration) -> Duration {
         crate::quorum::drift(ttl, self.drift_factor, self.drift_min)
-    }
-
-    /// How long a restarted, non-durable node's votes are held back.
-    pub(crate) fn quarantine(&self) -> Duration {
-        self.quarantine.unwrap_or(self.max_ttl)
     }
 
     /// Checks a TTL against [`limits::MIN_TTL`] and this client's max TTL.
@@ -171,17 +172,20 @@ impl ClientBuilder {
     }
 
     /// Longest TTL this client accepts. Default: [`defaults::MAX_TTL`]; at most
-    /// [`limits::MAX_TTL`]. It is also the default quarantine of a restarted node, so set it
-    /// to the longest TTL you use.
+    /// [`limits::MAX_TTL`]. It is also the quarantine of a node that lost its data when some
+    /// other node cannot be asked for the longest TTL it recorded.
     pub fn max_ttl(mut self, max: Duration) -> Self {
         self.settings.max_ttl = max;
         self
     }
 
-    /// How long the votes of a node that restarted without durable persistence are not
-    /// counted, from its start. Default: the max TTL, so that every lock the node forgot has
-    /// expired on the other nodes before it votes again. `Duration::ZERO` turns quarantine off
-    /// (the known Redlock weakness: a node that restarts empty can vote for a second holder).
+    /// How long a node that lost its data (a restart without persistence, a flush) grants
+    /// nothing, from when a client notices. Default: the longest TTL asked for in the
+    /// deployment, which every node records, so that every lock the node forgot has expired
+    /// on the other nodes before it grants again; nodes of a new deployment, and nodes that
+    /// kept their data (AOF with `appendfsync always`), are never quarantined.
+    /// `Duration::ZERO` turns quarantine off (the known Redlock weakness: a node that restarts
+    /// empty can vote for a second holder).
     pub fn quarantine(mut self, period: Duration) -> Self {
         self.settings.quarantine = Some(period);
         self

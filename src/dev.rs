@@ -19,6 +19,17 @@ pub const REDIS_SERVER_ENV: &str = "REDQUORUM_REDIS_SERVER";
 /// How long a starting `redis-server` may take to answer PING.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Ports of every set of masters alive in this process, stopped masters included: a master
+/// restarts on its own port, and a set starting meanwhile (tests run side by side) must not
+/// take that port while it is free.
+static PORTS_IN_USE: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
+fn ports_in_use() -> std::sync::MutexGuard<'static, Vec<u16>> {
+    PORTS_IN_USE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// One local master.
 #[derive(Debug)]
 struct LocalNode {
@@ -153,7 +164,8 @@ impl LocalNodes {
         self.kill(i)?;
         let port = self.nodes[i].port;
         let dir = self.nodes[i].dir.clone();
-        // The port was just freed by our own process; it is ours unless someone races for it.
+        // The port was just freed by our own process; no set of this process takes it (see
+        // PORTS_IN_USE), and another process rarely draws the same one.
         let child = self.spawn(port, &dir)?;
         self.nodes[i].child = Some(child);
         Ok(())
@@ -175,6 +187,7 @@ impl LocalNodes {
             let port = free_port()?;
             match self.spawn(port, &dir) {
                 Ok(child) => {
+                    ports_in_use().push(port);
                     return Ok(LocalNode {
                         port,
                         dir,
@@ -249,6 +262,8 @@ impl Drop for LocalNodes {
                 let _ = child.wait();
             }
         }
+        let mine: Vec<u16> = self.nodes.iter().map(|n| n.port).collect();
+        ports_in_use().retain(|p| !mine.contains(p));
     }
 }
 
@@ -292,6 +307,9 @@ fn free_port() -> io::Result<u16> {
     let mut last = None;
     for _ in 0..50 {
         let port = rand::random_range(20_000..32_000);
+        if ports_in_use().contains(&port) {
+            continue;
+        }
         match TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))) {
             Ok(_) => return Ok(port),
             Err(e) => last = Some(e),

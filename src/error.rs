@@ -47,11 +47,21 @@ pub enum NodeFailureKind {
     Server(String),
     /// The node answered something the scripts never return.
     Protocol(String),
-    /// The node restarted recently without durable persistence, so it may have forgotten
-    /// locks it held; its votes are not counted for this much longer.
+    /// The node lost its data (restarted without persistence, or was flushed) while the
+    /// deployment was in use, so it may have forgotten locks that are still held elsewhere; it
+    /// grants nothing for this much longer (the longest TTL asked for in the deployment, by
+    /// the node's own clock).
     Quarantined(Duration),
+    /// The node carries no deployment marker: it is new, or lost its data. It grants nothing
+    /// until a client has marked it, which the client does at once, in quarantine if other
+    /// nodes show that the deployment was in use.
+    Unmarked,
     /// The client requires durable nodes and this one does not run AOF with `appendfsync always`.
     NotDurable,
+    /// The answer came on a connection on which the node's identity and uptime have not been
+    /// read (a new connection whose reading failed or was overtaken): it may be a restarted
+    /// node, so its vote is not counted.
+    Unverified,
 }
 
 impl fmt::Display for NodeFailureKind {
@@ -63,12 +73,20 @@ impl fmt::Display for NodeFailureKind {
             NodeFailureKind::Protocol(m) => write!(f, "unexpected reply: {m}"),
             NodeFailureKind::Quarantined(left) => write!(
                 f,
-                "restarted recently without durable persistence; its votes count again in {}",
-                humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
+                "quarantined: it lost its data (restart without persistence, or flush) while locks may still be held elsewhere; it counts again in {}",
+                humantime::format_duration(Duration::from_millis(
+                    u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
+                ))
+            ),
+            NodeFailureKind::Unmarked => f.write_str(
+                "carries no deployment marker (new, restarted without persistence, or flushed); it grants nothing until it is marked",
             ),
             NodeFailureKind::NotDurable => {
                 f.write_str("not durable (needs appendonly yes and appendfsync always), and durable nodes are required")
             }
+            NodeFailureKind::Unverified => f.write_str(
+                "answered on a connection whose server has not been identified yet (INFO failed, or the connection was just replaced); not counted",
+            ),
         }
     }
 }
@@ -82,7 +100,9 @@ impl NodeFailureKind {
             NodeFailureKind::Server(_) => "server",
             NodeFailureKind::Protocol(_) => "protocol",
             NodeFailureKind::Quarantined(_) => "quarantined",
+            NodeFailureKind::Unmarked => "unmarked",
             NodeFailureKind::NotDurable => "not_durable",
+            NodeFailureKind::Unverified => "unverified",
         }
     }
 }
@@ -157,6 +177,31 @@ pub enum Error {
         failures: Vec<NodeFailure>,
     },
 
+    /// An extend was not confirmed by a quorum (too many nodes failed to answer in time), but
+    /// it may have been applied on some of them, and may still be by a node that runs it late.
+    /// A new TTL shorter than what was left can therefore end the lock early: the lock is
+    /// certain for `valid_for` at most, counted from when the error was made.
+    #[error(
+        "extend of {name:?} could not reach a quorum: {needed} of {total} nodes needed, {} failed ({}); it may have been applied on some nodes, so the lock is certain for at most {} more",
+        failures.len(),
+        join_failures(failures),
+        humantime::format_duration(Duration::from_millis(u64::try_from(valid_for.as_millis()).unwrap_or(u64::MAX)))
+    )]
+    ExtendUncertain {
+        /// The lock's name.
+        name: String,
+        /// How much longer, at most, the lock is certainly held: the lesser of what was left
+        /// before the extend and the new TTL counted from the extend's start, less the drift
+        /// allowance. Zero when nothing is certain any more.
+        valid_for: Duration,
+        /// How many nodes had to agree.
+        needed: usize,
+        /// How many nodes the client has.
+        total: usize,
+        /// The nodes that failed and why.
+        failures: Vec<NodeFailure>,
+    },
+
     /// A quorum answered, but too late for the result to be of use.
     #[error(
         "{operation} of {name:?} timed out after {}: {detail}",
@@ -206,6 +251,7 @@ impl Error {
             Error::InvalidArgument { .. } => "invalid_argument",
             Error::Contended { .. } => "contended",
             Error::QuorumUnavailable { .. } => "quorum_unavailable",
+            Error::ExtendUncertain { .. } => "extend_uncertain",
             Error::Timeout { .. } => "timeout",
             Error::LockLost { .. } => "lock_lost",
             Error::NotHeld { .. } => "not_held",

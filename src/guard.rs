@@ -451,23 +451,30 @@ impl Renewal {
                 continue;
             };
             let client = Client { inner };
-            let result = client
+            // A renewal to a shorter TTL can end the lock early from the moment it is sent,
+            // whatever comes back: whoever watches must not be told of more validity than that.
+            let new_ttl_ends = Instant::now() + ttl - client.inner.settings.drift(ttl);
+            if new_ttl_ends < status.valid_until {
+                self.status
+                    .send_modify(|s| s.valid_until = s.valid_until.min(new_ttl_ends));
+            }
+            let extended = client
                 .extend_key(
                     &self.name,
                     &self.keys,
                     &self.token,
                     ttl,
-                    Some(status.valid_until),
+                    Some(status.valid_until.min(new_ttl_ends)),
                 )
                 .await;
             drop(client);
-            match result {
-                Ok((valid_until, _fence)) => {
+            match extended.outcome {
+                Ok(_fence) => {
                     crate::metrics::renewal("renewed");
-                    debug!(valid_for = ?valid_until.saturating_duration_since(Instant::now()), "renewed");
+                    debug!(valid_for = ?extended.valid_until.saturating_duration_since(Instant::now()), "renewed");
                     self.status.send_modify(|s| {
                         s.state = LockState::Held;
-                        s.valid_until = valid_until;
+                        s.valid_until = extended.valid_until;
                         s.renewals += 1;
                     });
                     next = now + interval;
@@ -475,11 +482,18 @@ impl Renewal {
                         self.stop(RenewalStop::MaxHold);
                     }
                 }
-                Err(Error::NotHeld { .. }) => self.lose("a quorum of nodes no longer has it"),
+                Err(Error::NotHeld { .. }) => {
+                    self.status
+                        .send_modify(|s| s.valid_until = s.valid_until.min(extended.valid_until));
+                    self.lose("a quorum of nodes no longer has it");
+                }
                 Err(e) => {
                     crate::metrics::renewal("failed");
                     warn!("renewal failed, retrying while the lock is valid: {e}");
-                    self.status.send_modify(|s| s.state = LockState::Suspect);
+                    self.status.send_modify(|s| {
+                        s.state = LockState::Suspect;
+                        s.valid_until = s.valid_until.min(extended.valid_until);
+                    });
                     next = now + retry;
                 }
             }

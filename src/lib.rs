@@ -28,7 +28,8 @@
 //!
 //! The lock is exclusive as long as the masters keep their keys for the TTL: a master that
 //! restarts without persistence forgets the locks it held (redquorum quarantines such a master
-//! for the max TTL), and a master whose clock jumps forward expires them early. A holder that
+//! for the longest TTL in use, recorded on the masters), and a master whose clock jumps forward
+//! expires them early. A holder that
 //! is paused (GC, swapping) past its validity may act after someone else took the lock; the
 //! defence is the fencing token, [`Lock::fence`], which grows with every acquisition of a name
 //! and which the protected resource checks on every write ([`fencing`]).
@@ -42,6 +43,9 @@
 //! - `lock`: acquire, extend, release and the [`Lock`] handle.
 //! - `guard`: background renewal, the holder's state and the lost-lock signal ([`LockGuard`]).
 //! - `client`: the [`Client`] and inspection of a lock.
+//! - `deployment`: the deployment marker on every master, and the quarantine of a master that
+//!   lost its data.
+//! - `doctor`: [`Client::doctor`], the check of a deployment before it is trusted.
 //! - `waiters`: waking waiters when a lock is released (pub/sub), with polling as the fallback.
 //! - [`fencing`]: the protected resource's side of fencing tokens.
 //! - [`metrics`]: the metric names the library records.
@@ -53,7 +57,9 @@
 pub mod bench;
 mod client;
 pub mod config;
+mod deployment;
 pub mod dev;
+mod doctor;
 mod error;
 mod fanout;
 pub mod fencing;
@@ -68,6 +74,7 @@ mod waiters;
 
 pub use client::{Client, LockInfo, NodeLockState};
 pub use config::{ClientBuilder, LockOptions};
+pub use doctor::{DoctorReport, NodeCheck, Problem, Severity};
 pub use error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 pub use guard::{GuardStatus, LockGuard, LockState, LockWatch, RenewOptions, RenewalStop};
 pub use lock::{Lock, MAX_FENCE};

@@ -12,11 +12,12 @@ use tracing::{Instrument, debug, debug_span};
 
 use crate::client::{Client, Keys};
 use crate::config::{LockOptions, validate_token};
-use crate::error::{Error, NodeFailure, Operation, Result};
+use crate::deployment::{is_unmarked, mark_in_background};
+use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 use crate::fanout::{Answer, send_and_detach, vote};
 use crate::metrics::HeldGauge;
 use crate::node::{AcquireReply, Node, Place, ReleaseReply, Terms};
-use crate::quorum::{Decision, validity};
+use crate::quorum::{Decision, Outlook, outlook, validity};
 use crate::waiters::Grant;
 
 /// Bytes of OS randomness in a holder token (hex-encoded, so tokens are 32 characters).
@@ -132,12 +133,18 @@ impl Lock {
     /// Sets the lock's TTL to `ttl` on a quorum, counting from now.
     ///
     /// It only succeeds while the lock is valid, never deletes the lock, and never recreates it
-    /// on a node that has lost it. On error the lock's validity is unchanged (and may still run).
+    /// on a node that has lost it.
+    ///
+    /// An extend that fails may still have been applied on some nodes, or be applied later by
+    /// a node that runs it late: whatever the outcome, the lock's validity afterwards is at
+    /// most the new TTL counted from the start of the call (less the drift allowance), so a
+    /// failed extend to a shorter TTL shortens [`Lock::valid_until`] too. A longer TTL that
+    /// fails leaves the validity as it was.
     ///
     /// # Errors
     ///
     /// [`Error::LockLost`] when the lock has expired or a quorum no longer has it;
-    /// [`Error::QuorumUnavailable`] when too many nodes failed to answer in time;
+    /// [`Error::ExtendUncertain`] when too many nodes failed to answer in time;
     /// [`Error::InvalidArgument`] for a TTL out of bounds.
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         self.client.inner.settings.validate_ttl(ttl)?;
@@ -148,7 +155,7 @@ impl Lock {
                 name: self.name.clone(),
             });
         }
-        let result = self
+        let extended = self
             .client
             .extend_key(
                 &self.name,
@@ -158,9 +165,9 @@ impl Lock {
                 Some(self.valid_until),
             )
             .await;
-        match result {
-            Ok((valid_until, _fence)) => {
-                self.valid_until = valid_until;
+        self.valid_until = extended.valid_until;
+        match extended.outcome {
+            Ok(_fence) => {
                 self.ttl = ttl;
                 Ok(())
             }
@@ -200,7 +207,10 @@ impl Client {
     ///
     /// [`Error::InvalidArgument`] (no node is contacted); otherwise the last attempt's error:
     /// [`Error::Contended`], [`Error::QuorumUnavailable`], or [`Error::Timeout`] when a quorum
-    /// granted too slowly to leave the minimum validity.
+    /// granted too slowly to leave the minimum validity. [`Error::QuorumUnavailable`] comes
+    /// before the wait is over when the nodes kept out (quarantined for longer than the wait,
+    /// refusing, or failing to connect twice in a row) leave no quorum; when quarantines that
+    /// end within the wait would, the acquire waits for them instead of retrying.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lock> {
         self.acquire_with(name, opts, opts.get_wait()).await
     }
@@ -233,6 +243,8 @@ impl Client {
                 Some(Queued::new(self, keys.clone(), opts, started)?)
             };
             let mut attempt = 0u32;
+            // Per node: whether its last failure kept it out for no known time.
+            let mut down_before = vec![false; self.inner.nodes.len()];
             loop {
                 attempt += 1;
                 if let Some(q) = queued.as_mut() {
@@ -256,6 +268,7 @@ impl Client {
                     took,
                     released,
                     handed_over,
+                    out,
                 } = match self
                     .attempt(name, &keys, &token, queued.as_mut(), opts)
                     .instrument(debug_span!("attempt", attempt))
@@ -282,6 +295,36 @@ impl Client {
                     Err(e) => e,
                 };
                 let now = Instant::now();
+                // Masters kept out for longer than the caller waits (quarantined, replicas,
+                // refusing, or down: a connection failure counts once it has repeated) make
+                // a quorum impossible: say so now rather than at the end of the wait, or wait
+                // only until enough quarantines end.
+                let out: Vec<Option<Option<Instant>>> = out
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, o)| match o {
+                        Some(None) if !down_before.get(i).copied().unwrap_or(false) => {
+                            down_before[i] = true;
+                            None
+                        }
+                        other => {
+                            if let Some(d) = down_before.get_mut(i) {
+                                *d = other == Some(None);
+                            }
+                            other
+                        }
+                    })
+                    .collect();
+                let reopens = match outlook(&out) {
+                    Outlook::Open => None,
+                    Outlook::At(t) if t <= wait_until => Some(t),
+                    Outlook::At(_) | Outlook::Closed => {
+                        if let Some(released) = released {
+                            let _ = released.await;
+                        }
+                        return Err(error);
+                    }
+                };
                 if now >= wait_until {
                     // Giving up: wait (at most the per-node deadline) for this attempt's grants
                     // to be released, so that a failed acquire leaves nothing behind on the
@@ -296,7 +339,10 @@ impl Client {
                     // Perhaps on a quorum already: look before anything else.
                     continue;
                 }
-                let delay = if split {
+                let delay = if let Some(t) = reopens {
+                    debug!(attempt, error = %error, "a quorum is kept out until quarantines end; waiting for them");
+                    t.saturating_duration_since(now)
+                } else if split {
                     // Nobody won: contenders arrived together and split the votes, or the
                     // nodes did not yet agree on whose turn it is (each refused attempt queues
                     // its caller, so they do now). Spread the retries over a short window so
@@ -421,6 +467,10 @@ impl Client {
         // release there would hand the lock to someone else. Without terms, so that a release
         // there only wakes this waiter: the terms these grants were made on must not hand the
         // same token over twice, or a second handover could pass for the lock it already had.
+        if !q.in_line {
+            let _ = self.release_grants(&q.keys, grants, GiveBack::PassingOn);
+            return None;
+        }
         for g in &grants {
             if let Some(on) = q.maybe_on.get_mut(g.node) {
                 *on = true;
@@ -453,7 +503,7 @@ impl Client {
         let nodes = &self.inner.nodes;
         let ttl = opts.get_ttl();
         let drift = settings.drift(ttl);
-        let place = queued.as_ref().map(|q| q.place.clone());
+        let place = queued.as_ref().map(|q| q.place_for_attempt());
         let mut cleanup = ReleaseOnDrop {
             client: self,
             keys,
@@ -467,9 +517,11 @@ impl Client {
             took: attempt_started.elapsed(),
             released: None,
             handed_over: false,
+            out: Vec::new(),
         };
         let mut proposal = self.propose(0).map_err(refused)?;
         let mut round = 0;
+        let mut marked = false;
         let (error, answers) = loop {
             round += 1;
             let start = Instant::now();
@@ -490,9 +542,15 @@ impl Client {
                         place.clone(),
                     );
                     async move {
-                        inner.nodes[i]
+                        let answer = inner.nodes[i]
                             .acquire(keys.for_acquire(), &token, ttl, proposal, place.as_ref())
-                            .await
+                            .await;
+                        if matches!(answer, Err(NodeFailureKind::Unmarked)) {
+                            // Heard after the vote was decided, perhaps: mark it anyway, so
+                            // that its quarantine starts now.
+                            mark_in_background(&inner);
+                        }
+                        answer
                     }
                 },
                 |reply| matches!(reply, AcquireReply::Granted(_)),
@@ -501,8 +559,10 @@ impl Client {
             let elapsed = start.elapsed();
             if let Some(q) = queued.as_mut() {
                 q.note(&answers);
+                q.keep_in_line_if_reaching(&answers, self.quorum());
             }
 
+            let unmarked = answers.iter().any(is_unmarked);
             if tally.decision() == Decision::Reached {
                 match validity(ttl, elapsed, drift) {
                     Some(v) if v >= opts.get_min_validity() => {
@@ -538,6 +598,14 @@ impl Client {
                     _ => None,
                 })
                 .max();
+            if unmarked && !marked {
+                // Masters without the deployment's marker: a new deployment, marked now and
+                // counted at once, or masters that lost their data, marked in quarantine.
+                // Either way the attempt goes on at once, on the masters as they now are.
+                marked = true;
+                self.mark_deployment().await;
+                continue;
+            }
             if let Some(counter) = stale.filter(|_| {
                 holders.is_empty() && reserved.is_empty() && round < MAX_PROPOSAL_ROUNDS
             }) {
@@ -594,6 +662,9 @@ impl Client {
             )
         };
         let how = match queued {
+            // A waiter out of line has no place to keep: its grants go back as a release
+            // does, passing the turn on.
+            Some(q) if !q.in_line => GiveBack::PassingOn,
             // A waiter gives its grants back keeping its place there, on the terms the
             // refusing nodes queued it with, so that all the nodes agree on who goes next.
             Some(q) => {
@@ -617,6 +688,7 @@ impl Client {
             took: attempt_started.elapsed(),
             released,
             handed_over,
+            out: answers.iter().map(kept_out).collect(),
         })
     }
 
@@ -663,43 +735,55 @@ impl Client {
         validate_token(token)?;
         self.inner.settings.validate_ttl(ttl)?;
         let token: Arc<str> = token.into();
-        let (valid_until, fence) = self.extend_key(name, &keys, &token, ttl, None).await?;
-        Ok(Lock::new(self, name, keys, token, fence, ttl, valid_until))
+        let extended = self.extend_key(name, &keys, &token, ttl, None).await;
+        let fence = extended.outcome?;
+        Ok(Lock::new(
+            self,
+            name,
+            keys,
+            token,
+            fence,
+            ttl,
+            extended.valid_until,
+        ))
     }
 
+    /// Sets a lock's TTL on a quorum. `held_until` is the validity the holder had before, if
+    /// it knows it (a stateless caller does not).
+    ///
+    /// The command may be applied on any node from the moment it is sent, and by a slow node
+    /// long after this returns; so from the start, the lock is certain only until the new TTL
+    /// runs out (less drift), if that comes before `held_until`. The returned validity is that
+    /// bound on success, the lesser of it and `held_until` when the outcome is uncertain, and
+    /// the start of the call when a quorum says the lock is gone.
     pub(crate) async fn extend_key(
         &self,
         name: &str,
         keys: &Arc<Keys>,
         token: &Arc<str>,
         ttl: Duration,
-        valid_until: Option<Instant>,
-    ) -> Result<(Instant, u64)> {
+        held_until: Option<Instant>,
+    ) -> Extended {
         let settings = &self.inner.settings;
         let nodes = &self.inner.nodes;
         let start = Instant::now();
-        // Answers after the current validity are of no use: the lock may be gone by then.
-        let deadline = valid_until.map_or(start + settings.node_timeout, |v| {
-            v.min(start + settings.node_timeout)
-        });
+        let new_ttl_ends = start + ttl - settings.drift(ttl);
+        let certain_until = held_until.map_or(new_ttl_ends, |held| held.min(new_ttl_ends));
+        // Answers after that are of no use: the lock may be gone by then.
+        let deadline = certain_until.min(start + settings.node_timeout);
         let (tally, answers) = vote(
             nodes,
             Operation::Extend,
             deadline,
             |i| {
                 let (inner, keys, token) = (self.inner.clone(), keys.clone(), token.clone());
-                async move {
-                    inner.nodes[i]
-                        .extend([&keys.lock, &keys.fence], &token, ttl)
-                        .await
-                }
+                async move { inner.nodes[i].extend(keys.for_extend(), &token, ttl).await }
             },
             Option::is_some,
         )
         .instrument(debug_span!("extend", lock = %name))
         .await;
-        let drift = settings.drift(ttl);
-        let in_time = valid_until.is_none_or(|v| Instant::now() < v);
+        let in_time = Instant::now() < certain_until;
         if tally.decision() == Decision::Reached && in_time {
             crate::metrics::extension("extended");
             // Every node that has the lock has the holder's token as its counter.
@@ -707,18 +791,34 @@ impl Client {
                 .iter()
                 .filter_map(|a| a.as_ref()?.as_ref().ok().copied().flatten())
                 .max();
-            return Ok((start + ttl - drift, fence.unwrap_or(0)));
+            return Extended {
+                valid_until: new_ttl_ends,
+                outcome: Ok(fence.unwrap_or(0)),
+            };
         }
         // Refusals alone rule a quorum out: the lock is gone, whatever the failed nodes say.
         let quorum = self.quorum();
         if !in_time || nodes.len() - tally.no_count() < quorum {
             crate::metrics::extension("lost");
-            return Err(Error::NotHeld {
-                name: name.to_owned(),
-            });
+            return Extended {
+                valid_until: start.min(certain_until),
+                outcome: Err(Error::NotHeld {
+                    name: name.to_owned(),
+                }),
+            };
         }
         crate::metrics::extension("unavailable");
-        Err(self.unavailable(Operation::Extend, name, failures(nodes, &answers)))
+        crate::metrics::quorum_failure(Operation::Extend);
+        Extended {
+            valid_until: certain_until,
+            outcome: Err(Error::ExtendUncertain {
+                name: name.to_owned(),
+                valid_for: certain_until.saturating_duration_since(Instant::now()),
+                needed: quorum,
+                total: nodes.len(),
+                failures: failures(nodes, &answers),
+            }),
+        }
     }
 
     /// Releases a lock by name and token, as a stateless caller (the HTTP service) would.
@@ -747,6 +847,11 @@ impl Client {
         let nodes = &self.inner.nodes;
         let quorum = self.quorum();
         let deadline = Instant::now() + self.inner.settings.node_timeout;
+        if token.contains('/') {
+            // A handed-over lock: a slow master may still hand the same token over after this
+            // release has passed it.
+            self.inner.waiters.released(token);
+        }
         // Done as soon as a quorum no longer has the lock; the other nodes finish in the
         // background.
         let (_, answers) = vote(
@@ -914,6 +1019,11 @@ struct Queued<'a> {
     /// The latest attempts' tokens, with when each started: the terms a release may hand the
     /// lock over on.
     attempts: VecDeque<(Arc<str>, Instant)>,
+    /// Whether the waiter keeps its place in the queue. A waiter whose attempts reach fewer
+    /// nodes than a quorum could never take the lock, and its places on the nodes it reaches
+    /// would only hold up callers that can: it leaves the line until an attempt reaches a
+    /// quorum again, and then takes its place back with the same priority.
+    in_line: bool,
 }
 
 impl<'a> Queued<'a> {
@@ -945,7 +1055,75 @@ impl<'a> Queued<'a> {
             },
             maybe_on: vec![false; client.inner.nodes.len()],
             attempts: VecDeque::with_capacity(ATTEMPTS_KEPT),
+            in_line: true,
         })
+    }
+
+    /// The place an attempt sends: the waiter's own, or, out of line, one with no life, which
+    /// the nodes do not queue (a release may still hand over a lock to the waiter's id, and
+    /// the attempt must recognise it).
+    fn place_for_attempt(&self) -> Place {
+        let mut place = self.place.clone();
+        if !self.in_line {
+            place.life = Duration::ZERO;
+        }
+        place
+    }
+
+    /// Leaves the line when an attempt's answers show that fewer than `quorum` nodes can be
+    /// reached (connection failures and timeouts), and comes back when a quorum can.
+    fn keep_in_line_if_reaching(
+        &mut self,
+        answers: &[Option<Answer<AcquireReply>>],
+        quorum: usize,
+    ) {
+        let unreachable = answers
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    Some(Err(
+                        NodeFailureKind::Timeout | NodeFailureKind::Connection(_)
+                    ))
+                )
+            })
+            .count();
+        let reaching = answers.len() - unreachable >= quorum;
+        if reaching == self.in_line {
+            return;
+        }
+        self.in_line = reaching;
+        if !reaching {
+            debug!(
+                unreachable,
+                "too few nodes reachable for a quorum; leaving the line"
+            );
+            self.leave_line();
+        }
+    }
+
+    /// Gives the place up wherever it may be, in the background, passing the turn on where the
+    /// lock is free (this waiter may have been woken for a release it will not use).
+    fn leave_line(&mut self) {
+        if !self.maybe_on.contains(&true) {
+            return;
+        }
+        let inner = &self.client.inner;
+        let deadline = Instant::now() + inner.settings.node_timeout;
+        let selected = std::mem::replace(&mut self.maybe_on, vec![false; inner.nodes.len()]);
+        let _ = send_and_detach(inner.nodes.len(), deadline, |i| {
+            let (inner, keys, waiter) =
+                (inner.clone(), self.keys.clone(), self.place.waiter.clone());
+            let selected = selected[i];
+            async move {
+                if selected {
+                    let answer = inner.nodes[i]
+                        .dequeue(keys.for_place(), &waiter, inner.waiters.wake_prefix())
+                        .await;
+                    debug!(node = inner.nodes[i].addr(), answer = ?answer, "dequeue");
+                }
+            }
+        });
     }
 
     /// Books an attempt about to start with `token`.
@@ -958,6 +1136,10 @@ impl<'a> Queued<'a> {
 
     /// Books an attempt's answers.
     fn note(&mut self, answers: &[Option<Answer<AcquireReply>>]) {
+        if !self.in_line {
+            // Out of line, refusals queue nothing.
+            return;
+        }
         for (on, answer) in self.maybe_on.iter_mut().zip(answers) {
             match answer {
                 // A grant, or a release's handover, takes the place off the queue.
@@ -981,26 +1163,16 @@ impl Drop for Queued<'_> {
                 .client
                 .release_grants(&self.keys, grants, GiveBack::PassingOn);
         }
-        if !self.maybe_on.contains(&true) {
-            return;
-        }
-        // Giving the place up also passes the turn on where the lock is free: this waiter may
-        // have been woken for a release it will not use.
-        let deadline = Instant::now() + inner.settings.node_timeout;
-        let _ = send_and_detach(inner.nodes.len(), deadline, |i| {
-            let (inner, keys, waiter) =
-                (inner.clone(), self.keys.clone(), self.place.waiter.clone());
-            let selected = self.maybe_on[i];
-            async move {
-                if selected {
-                    let answer = inner.nodes[i]
-                        .dequeue(keys.for_place(), &waiter, inner.waiters.wake_prefix())
-                        .await;
-                    debug!(node = inner.nodes[i].addr(), answer = ?answer, "dequeue");
-                }
-            }
-        });
+        self.leave_line();
     }
+}
+
+/// What an extend leaves its holder with.
+pub(crate) struct Extended {
+    /// Until when the lock is certainly held now (see [`Client::extend_key`]).
+    pub(crate) valid_until: Instant,
+    /// The holder's fencing token, or why the extend failed.
+    pub(crate) outcome: Result<u64>,
 }
 
 /// Why an attempt failed, and whether it was a split vote.
@@ -1015,6 +1187,34 @@ struct Refused {
     released: Option<JoinHandle<()>>,
     /// Some nodes said a release had handed the lock to this waiter.
     handed_over: bool,
+    /// Per node, what keeps it from granting for a while (see [`kept_out`]).
+    out: Vec<Option<Option<Instant>>>,
+}
+
+/// What keeps a node from granting beyond the next attempt: a quarantine, until it ends; for
+/// no known time, a refusal no retry changes (a replica, a refused login, no permission, not
+/// durable, unreadable) or a connection refused or dropped; `None` when it may grant at the
+/// next attempt (it answered, timed out, or was just marked).
+fn kept_out<T>(answer: &Option<Answer<T>>) -> Option<Option<Instant>> {
+    match answer {
+        Some(Err(NodeFailureKind::Quarantined(left))) => Some(Some(Instant::now() + *left)),
+        // A master loading its data, or busy with a script, answers again soon.
+        Some(Err(NodeFailureKind::Server(message)))
+            if ["LOADING", "BUSY", "TRYAGAIN"]
+                .iter()
+                .any(|transient| message.contains(transient)) =>
+        {
+            None
+        }
+        Some(Err(
+            NodeFailureKind::Server(_)
+            | NodeFailureKind::Protocol(_)
+            | NodeFailureKind::NotDurable
+            | NodeFailureKind::Unverified
+            | NodeFailureKind::Connection(_),
+        )) => Some(None),
+        _ => None,
+    }
 }
 
 /// Whether the votes were split: nobody on a quorum of the answers, and evidence that several
@@ -1058,7 +1258,7 @@ fn quorum_grant(grants: &[Grant], nodes: &[Node], quorum: usize) -> Option<(Stri
             .iter()
             .filter(|g| g.token == candidate.token && g.fence == candidate.fence)
             .map(|g| g.node)
-            .filter(|&i| nodes.get(i).is_some_and(|n| n.vote_counts().is_ok()))
+            .filter(|&i| nodes.get(i).is_some_and(|n| n.vote_counts(None).is_ok()))
             .collect();
         on.sort_unstable();
         on.dedup();
@@ -1162,6 +1362,28 @@ mod tests {
             &[held(4), held(4), reserved(), reserved(), None],
             3
         ));
+    }
+
+    #[test]
+    fn what_keeps_a_master_out_beyond_the_next_attempt() {
+        let failed = |kind| Some(Err::<AcquireReply, _>(kind));
+        let in_a_minute = kept_out(&failed(NodeFailureKind::Quarantined(Duration::from_secs(
+            60,
+        ))));
+        assert!(in_a_minute.is_some_and(|until| until.is_some()));
+        // A replica, a refused login: no known end.
+        let replica =
+            NodeFailureKind::Server("READONLY You can't write against a read only replica.".into());
+        assert_eq!(kept_out(&failed(replica)), Some(None));
+        assert_eq!(kept_out(&failed(NodeFailureKind::NotDurable)), Some(None));
+        // Passing states: loading, busy, a missed deadline, a marking under way, an answer.
+        let loading =
+            NodeFailureKind::Server("LOADING Redis is loading the dataset in memory".into());
+        assert_eq!(kept_out(&failed(loading)), None);
+        assert_eq!(kept_out(&failed(NodeFailureKind::Timeout)), None);
+        assert_eq!(kept_out(&failed(NodeFailureKind::Unmarked)), None);
+        assert_eq!(kept_out(&Some(Ok(AcquireReply::Reserved))), None);
+        assert_eq!(kept_out::<AcquireReply>(&None), None);
     }
 
     #[test]

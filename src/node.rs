@@ -1,24 +1,31 @@
 //! One Redis master: its address, a lazily built multiplexed connection, the Lua scripts, and
-//! what the client knows of its health (uptime, persistence, quarantine).
+//! what the client knows of its health (uptime, persistence, deployment marker, quarantine).
 //!
 //! A node never waits on its own: the caller (the fan-out) puts a deadline on every call.
-//! The connection is a redis-rs `ConnectionManager` made on first use, with one reconnect
-//! retry and a bounded connect time, so a node that is down at start-up blocks nothing and a
-//! reconnecting node costs a call no more than its deadline.
+//! The connection is a redis-rs multiplexed connection made on first use and made again, on
+//! the next call, after it fails; the connect runs in the background with a bounded time, so
+//! a node that is down at start-up blocks nothing and a reconnecting node costs a call no
+//! more than its deadline. The connection is managed here rather than by redis-rs's
+//! `ConnectionManager`, which reconnects silently (with RESP3, without any call failing): a
+//! reconnect must be seen, since the master behind the new connection may have restarted.
 //!
 //! Health is read with `INFO` (and `CONFIG GET appendfsync` where allowed) pipelined in front
-//! of a script call: on first contact, after any connection error (the node may have
-//! restarted), and when the last reading is older than [`PROBE_INTERVAL`]. So a restarted node
-//! is never counted before its new uptime is known, at no extra round trip.
+//! of a script call: on every new connection, after a `NOSCRIPT` answer, and when the last
+//! reading is older than [`PROBE_INTERVAL`]. Connections are numbered, and a reading belongs to
+//! the connection it was read on: a vote counts only when it came on the connection whose
+//! master's identity and uptime were read on that same connection. A master can only restart
+//! between two connections, never inside one, so a restarted master is never counted before
+//! its new uptime is known, at no extra round trip.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, ErrorKind, RedisError, ServerErrorKind, Value};
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tracing::warn;
 
 use crate::error::{Error, NodeFailureKind, Operation, Result};
@@ -54,6 +61,8 @@ pub(crate) struct Scripts {
     pub(crate) release: LuaScript,
     pub(crate) dequeue: LuaScript,
     pub(crate) give_back: LuaScript,
+    pub(crate) deployment: LuaScript,
+    pub(crate) mark: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -86,6 +95,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
             include_str!("../lua/give_back.lua")
         ),
     ),
+    deployment: LuaScript::new(32, include_str!("../lua/deployment.lua")),
+    mark: LuaScript::new(64, include_str!("../lua/mark.lua")),
 });
 
 /// A node's answer to an acquire.
@@ -102,6 +113,17 @@ pub(crate) enum AcquireReply {
     Reserved,
     /// A release handed the lock to the calling waiter, with this token and fencing token.
     HandedOver(Arc<str>, u64),
+}
+
+/// What a node knows of its deployment (see `lua/mark.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeploymentState {
+    /// The deployment's id, when the node carries the marker.
+    pub(crate) marker: Option<String>,
+    /// The longest TTL asked for on the node.
+    pub(crate) longest_ttl: Duration,
+    /// How much longer the node is quarantined, if it is.
+    pub(crate) quarantined_for: Option<Duration>,
 }
 
 /// A waiting caller's place in a lock's queue on the nodes.
@@ -150,15 +172,20 @@ pub struct NodeHealth {
     /// Whether the node keeps every write across a restart (AOF with `appendfsync always`):
     /// what fencing counters need. `false` when it cannot be confirmed.
     pub durable: bool,
-    /// How much longer the node's votes are not counted because it restarted recently.
+    /// Whether the node carries the deployment's marker; `Some(false)`: it lost its data (or
+    /// the deployment is new) and grants nothing until a client marks it. `None`: not known.
+    pub marked: Option<bool>,
+    /// How much longer the node is quarantined (it lost its data while the deployment was in
+    /// use, so it grants nothing until every lock it may have granted has expired), by the
+    /// node's own clock, as last seen.
     pub quarantined_for: Option<Duration>,
 }
 
 /// The last health reading of a node.
 #[derive(Debug, Default)]
 struct Health {
-    /// Read since the last connection error; a node that is not is read before it is counted.
-    verified: bool,
+    /// The connection the reading was taken on: votes count only from that connection.
+    verified_link: Option<LinkId>,
     read_at: Option<Instant>,
     started_at: Option<Instant>,
     run_id: Option<String>,
@@ -167,6 +194,10 @@ struct Health {
     error: Option<String>,
     /// Whether a warning about durability was logged for the current process of the node.
     warned: bool,
+    /// Whether the node carried the marker, as last seen.
+    marked: Option<bool>,
+    /// Until when the node said it is quarantined, as last seen.
+    quarantined_until: Option<Instant>,
 }
 
 impl Health {
@@ -175,12 +206,29 @@ impl Health {
     }
 }
 
+/// The number of a connection to a node, unique for the node's life.
+pub(crate) type LinkId = u64;
+
+/// A connection to the node, or its connect under way (shared by every caller waiting for it).
+#[derive(Clone)]
+struct Link {
+    id: LinkId,
+    connecting: Shared<BoxFuture<'static, RedisResult<MultiplexedConnection>>>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("id", &self.id).finish()
+    }
+}
+
 /// Settings a node needs from the client.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NodeSettings {
     pub(crate) connect_timeout: Duration,
-    /// Votes of a node up for less than this are not counted (unless it is durable).
-    pub(crate) quarantine: Duration,
+    /// Whether votes count only from a connection whose node was read on it (unless neither
+    /// quarantine nor durability is asked for, nothing depends on the reading).
+    pub(crate) verify_votes: bool,
     /// Votes of a node that is not durable are not counted.
     pub(crate) require_durable: bool,
 }
@@ -191,13 +239,16 @@ pub(crate) struct Node {
     /// `host:port`, safe to log and to use as a metric label: it never carries credentials.
     addr: String,
     client: redis::Client,
-    connection: OnceLock<ConnectionManager>,
+    /// The current connection (or its connect); cleared after it fails, so that the next call
+    /// makes a new one with a new number.
+    link: Mutex<Option<Link>>,
+    last_link: AtomicU64,
     settings: NodeSettings,
     /// Scripts this node is known to have cached since the connection was made; a script whose
     /// bit is clear is sent whole with `EVAL`, which runs and caches it in one round trip.
     loaded: AtomicU8,
-    /// Whether a command has gone through since the connection was (re)made; until then,
-    /// commands take turns at [`Node::in_order`] (see [`Node::in_turn`]).
+    /// Whether the current connection is up; until it is, commands take turns at
+    /// [`Node::in_order`] (see [`Node::eval`]).
     connected: AtomicBool,
     in_order: tokio::sync::Mutex<()>,
     health: Mutex<Health>,
@@ -241,7 +292,8 @@ impl Node {
             metrics: NodeMetrics::new(&addr),
             addr,
             client,
-            connection: OnceLock::new(),
+            link: Mutex::new(None),
+            last_link: AtomicU64::new(0),
             settings,
             loaded: AtomicU8::new(0),
             connected: AtomicBool::new(false),
@@ -265,27 +317,73 @@ impl Node {
         self.metrics.failure(op, NodeFailureKind::Timeout.as_str());
     }
 
-    /// The connection, made on first use. Building the manager is synchronous and connects
-    /// nothing; the first command drives the connect, under the caller's deadline.
-    fn connection(&self) -> std::result::Result<ConnectionManager, NodeFailureKind> {
-        if let Some(manager) = self.connection.get() {
-            return Ok(manager.clone());
+    /// The current connection, or the connect under way: a new one (with a new number) when
+    /// there is none. The connect is driven in the background too, so that callers that give up
+    /// at their deadline do not stall it.
+    fn current_link(&self) -> Link {
+        let mut slot = self
+            .link
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(link) = slot.as_ref() {
+            return link.clone();
         }
-        let config = ConnectionManagerConfig::new()
-            // One retry after a short pause, then the error goes back to the callers, who have
-            // their own deadlines; the next call starts a new connect. The redis-rs default
-            // (six retries, growing delays) would hold every call to a dead node for seconds.
-            .set_number_of_retries(1)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(100))
+        let client = self.client.clone();
+        let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.settings.connect_timeout))
             // Deadlines are the fan-out's business; a response timeout here would only make a
             // second, competing one.
             .set_response_timeout(None);
-        let manager = ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            .map_err(|e| NodeFailureKind::Connection(e.to_string()))?;
-        // Two racing first calls may both build one; the loser's is dropped unused.
-        Ok(self.connection.get_or_init(|| manager).clone())
+        let connecting = async move {
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        }
+        .boxed()
+        .shared();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(connecting.clone().map(drop));
+        }
+        let link = Link {
+            id: self.last_link.fetch_add(1, Ordering::Relaxed) + 1,
+            connecting,
+        };
+        *slot = Some(link.clone());
+        link
+    }
+
+    /// The connection to send on, and its number; waits for the connect if one is under way.
+    async fn connect(
+        &self,
+        op: Operation,
+    ) -> std::result::Result<(LinkId, MultiplexedConnection), NodeFailureKind> {
+        let link = self.current_link();
+        match link.connecting.await {
+            Ok(conn) => {
+                self.connected.store(true, Ordering::Relaxed);
+                Ok((link.id, conn))
+            }
+            Err(e) => {
+                // Whatever failed (the network, the login), the next call tries a new connect
+                // rather than meet this one's error again.
+                self.retire_link(link.id);
+                Err(self.failed(op, &e, link.id))
+            }
+        }
+    }
+
+    /// Drops connection `id` if it is still the current one: the next call connects anew, and
+    /// what was known of the node (its script cache, its health) is for the old connection.
+    fn retire_link(&self, id: LinkId) {
+        let mut slot = self
+            .link
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|link| link.id == id) {
+            *slot = None;
+            self.connected.store(false, Ordering::Relaxed);
+        }
+        self.loaded.store(0, Ordering::Relaxed);
     }
 
     /// The lock on the health reading; a poisoned lock only means a panic elsewhere while
@@ -296,50 +394,68 @@ impl Node {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn needs_probe(&self) -> bool {
+    fn needs_probe(&self, link: LinkId) -> bool {
         let health = self.health();
-        !health.verified || health.read_at.is_none_or(|t| t.elapsed() > PROBE_INTERVAL)
+        health.verified_link != Some(link)
+            || health.read_at.is_none_or(|t| t.elapsed() > PROBE_INTERVAL)
     }
 
-    /// Whether this node's votes count now; the reason when they do not.
-    pub(crate) fn vote_counts(&self) -> std::result::Result<(), NodeFailureKind> {
+    /// Whether a vote that came on connection `link` counts (`None`: on the current
+    /// connection, for grants heard on the subscription); the reason when it does not.
+    ///
+    /// Durability says what the master behind a connection may forget, and its identity which
+    /// process made a grant; a reading from another connection may be of another process, so
+    /// a vote counts only from the connection the reading was taken on. (Quarantine itself is
+    /// decided by the master, in the script that grants.)
+    pub(crate) fn vote_counts(
+        &self,
+        link: Option<LinkId>,
+    ) -> std::result::Result<(), NodeFailureKind> {
         let health = self.health();
+        let link = link.or_else(|| {
+            let slot = self
+                .link
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            slot.as_ref().map(|l| l.id)
+        });
+        if self.settings.verify_votes && (link.is_none() || health.verified_link != link) {
+            return Err(NodeFailureKind::Unverified);
+        }
         if self.settings.require_durable && !health.durable() {
             return Err(NodeFailureKind::NotDurable);
         }
-        if let Some(left) = quarantine_left(&health, self.settings.quarantine) {
-            self.metrics.quarantined(true);
-            return Err(NodeFailureKind::Quarantined(left));
-        }
-        self.metrics.quarantined(false);
         Ok(())
     }
 
     /// Runs a script with the given keys, using `EVALSHA` when the node is known to have the
-    /// script and `EVAL` (which also caches it) otherwise, or after the node answers `NOSCRIPT`
-    /// because its cache was flushed or it restarted. When the node's health is due for a
-    /// reading, the reading is pipelined in front of the script, in the same round trip.
+    /// script and `EVAL` (which also caches it) otherwise. When the node's health is due for a
+    /// reading, the reading is pipelined in front of the script, in the same round trip. Returns
+    /// the answer and the connection it came on.
+    ///
+    /// A `NOSCRIPT` answer means the script cache was emptied under this connection (`SCRIPT
+    /// FLUSH`, or a restart behind something that kept the connection open): the script is
+    /// sent whole, with a fresh reading in front, before its vote can count.
     async fn eval(
         &self,
         op: Operation,
         script: &LuaScript,
         keys: &[&str],
         args: impl Fn(&mut Cmd),
-    ) -> std::result::Result<Value, NodeFailureKind> {
+    ) -> std::result::Result<(Value, LinkId), NodeFailureKind> {
         let started = Instant::now();
         // While the connection is being made, every command waits for it, and those woken
         // together would be sent in any order: a lock's release could overtake the grant it
-        // releases (still finishing in the background) and leave it until its TTL. So until a
-        // command has gone through, they take turns, in the order they were issued (tokio's
-        // mutex is first come, first served).
+        // releases (still finishing in the background) and leave it until its TTL. So until the
+        // connection is up, commands take turns in the order they were issued (tokio's mutex is
+        // first come, first served), each keeping its turn until its command is queued on the
+        // connection.
         let turn = if self.connected.load(Ordering::Relaxed) {
             None
         } else {
             Some(self.in_order.lock().await)
         };
-        let mut conn = self
-            .connection()
-            .inspect_err(|k| self.metrics.failure(op, k.as_str()))?;
+        let (link, mut conn) = self.connect(op).await?;
         let known = self.loaded.load(Ordering::Relaxed) & script.bit != 0;
         let build = |by_hash: bool| {
             let mut cmd = if by_hash {
@@ -355,104 +471,75 @@ impl Node {
             args(&mut cmd);
             cmd
         };
-        let probe = self.needs_probe();
-        let first = async {
-            if probe {
-                let mut pipe = probe_pipeline();
-                pipe.add_command(build(known));
-                match conn.send_packed_commands(&pipe, 0, 3).await {
-                    Ok(mut values) if values.len() == 3 => {
-                        let value = values.pop().unwrap_or(Value::Nil);
-                        self.record_probe(&values);
-                        value.extract_error()
-                    }
-                    Ok(values) => Err(RedisError::from((
-                        ErrorKind::Parse,
-                        "pipeline answered with the wrong number of replies",
-                        format!("{}", values.len()),
-                    ))),
-                    Err(e) => Err(e),
-                }
-            } else {
-                // redis-rs hands server errors back as values; turn them into errors to match on.
-                conn.send_packed_command(&build(known))
-                    .await
-                    .and_then(Value::extract_error)
-            }
-        };
-        let mut result = match turn {
-            None => first.await,
-            Some(turn) => self.in_turn(turn, first).await,
+        let first = build(known);
+        let probe = self.needs_probe(link);
+        let mut result = {
+            let send = std::pin::pin!(self.send(&mut conn, link, &first, probe));
+            in_turn(turn, send).await
         };
         if known
             && matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
         {
             self.loaded.fetch_and(!script.bit, Ordering::Relaxed);
-            result = conn
-                .send_packed_command(&build(false))
-                .await
-                .and_then(Value::extract_error);
+            self.health().verified_link = None;
+            result = self.send(&mut conn, link, &build(false), true).await;
         }
         match result {
             Ok(value) => {
                 self.loaded.fetch_or(script.bit, Ordering::Relaxed);
                 self.metrics.success(op, started.elapsed().as_secs_f64());
-                Ok(value)
+                Ok((value, link))
             }
-            Err(e) => Err(self.failed(op, &e)),
+            Err(e) => Err(self.failed(op, &e, link)),
         }
     }
 
-    /// Sends a command whose turn has come at [`Node::in_order`], then lets the next one go.
-    ///
-    /// Only the connect is waited for in turn. A command that still finds the node connecting
-    /// keeps the turn until its answer, which says whether the connection is up. A command
-    /// that finds it up is handed to the connection, whose queue keeps the order, and gives
-    /// the turn up before its answer: a burst of callers on a new client must not make each
-    /// one wait for all the round trips ahead of it (with the per-node deadline, most of them
-    /// would time out).
-    async fn in_turn(
+    /// Sends `cmd` on connection `link`, with a health reading in front when `probe` is set.
+    async fn send(
         &self,
-        turn: tokio::sync::MutexGuard<'_, ()>,
-        send: impl Future<Output = redis::RedisResult<Value>>,
-    ) -> redis::RedisResult<Value> {
-        let mut send = std::pin::pin!(send);
-        if self.connected.load(Ordering::Relaxed) {
-            // On an open connection, the first poll puts the command in the connection's
-            // queue (or, when the queue is full, in line for it, and that line is first come,
-            // first served too).
-            if let Poll::Ready(answer) = futures::poll!(send.as_mut()) {
-                return answer;
+        conn: &mut MultiplexedConnection,
+        link: LinkId,
+        cmd: &Cmd,
+        probe: bool,
+    ) -> RedisResult<Value> {
+        if !probe {
+            // redis-rs hands server errors back as values; turn them into errors to match on.
+            return conn
+                .send_packed_command(cmd)
+                .await
+                .and_then(Value::extract_error);
+        }
+        let mut pipe = probe_pipeline();
+        pipe.add_command(cmd.clone());
+        match conn.send_packed_commands(&pipe, 0, 3).await {
+            Ok(mut values) if values.len() == 3 => {
+                let value = values.pop().unwrap_or(Value::Nil);
+                self.record_probe(link, &values);
+                value.extract_error()
             }
-            drop(turn);
-            return send.await;
+            Ok(values) => Err(RedisError::from((
+                ErrorKind::Parse,
+                "pipeline answered with the wrong number of replies",
+                format!("{}", values.len()),
+            ))),
+            Err(e) => Err(e),
         }
-        let answer = send.await;
-        // Any answer from the server, an error included, means the connection is up.
-        if answer.is_ok() || matches!(&answer, Err(e) if matches!(e.kind(), ErrorKind::Server(_))) {
-            self.connected.store(true, Ordering::Relaxed);
-        }
-        drop(turn);
-        answer
     }
 
-    /// Books a failed call; a connection failure means the next connection may be to a
-    /// restarted node, with an empty script cache and a new uptime.
-    fn failed(&self, op: Operation, e: &RedisError) -> NodeFailureKind {
+    /// Books a failed call; a connection failure retires the connection, since the next one
+    /// may be to a restarted node, with an empty script cache and a new uptime.
+    fn failed(&self, op: Operation, e: &RedisError, link: LinkId) -> NodeFailureKind {
         let kind = classify(e);
-        if matches!(kind, NodeFailureKind::Connection(_)) {
-            self.loaded.store(0, Ordering::Relaxed);
-            self.connected.store(false, Ordering::Relaxed);
-            let mut health = self.health();
-            health.verified = false;
-            health.error = Some(e.to_string());
+        if matches!(kind, NodeFailureKind::Connection(_)) || e.is_unrecoverable_error() {
+            self.retire_link(link);
+            self.health().error = Some(e.to_string());
         }
         self.metrics.failure(op, kind.as_str());
         kind
     }
 
     /// Stores a health reading from the replies to [`probe_pipeline`].
-    fn record_probe(&self, replies: &[Value]) {
+    fn record_probe(&self, link: LinkId, replies: &[Value]) {
         let info = match replies.first() {
             Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
             Some(Value::VerbatimString { text, .. }) => text.clone(),
@@ -479,7 +566,7 @@ impl Node {
         if health.run_id.is_some() && health.run_id != run_id {
             health.warned = false;
         }
-        health.verified = true;
+        health.verified_link = Some(link);
         health.read_at = Some(now);
         health.started_at = uptime.and_then(|u| now.checked_sub(u));
         health.run_id = run_id;
@@ -498,19 +585,26 @@ impl Node {
                 "node cannot keep fencing counters and locks across a restart; run it with appendonly yes and appendfsync always"
             );
         }
-        let left = quarantine_left(&health, self.settings.quarantine);
-        self.metrics.quarantined(left.is_some());
+    }
+
+    /// Books what an answer said of the node's deployment state.
+    fn saw_deployment(&self, marked: bool, quarantined_for: Option<Duration>) {
+        let mut health = self.health();
+        health.marked = Some(marked);
+        health.quarantined_until = quarantined_for.map(|left| Instant::now() + left);
+        self.metrics
+            .quarantined(quarantined_for.is_some() || !marked);
     }
 
     /// Reads the node's health now.
     pub(crate) async fn probe(&self) -> std::result::Result<(), NodeFailureKind> {
-        let mut conn = self.connection()?;
+        let (link, mut conn) = self.connect(Operation::Inspect).await?;
         match conn.send_packed_commands(&probe_pipeline(), 0, 2).await {
             Ok(values) => {
-                self.record_probe(&values);
+                self.record_probe(link, &values);
                 Ok(())
             }
-            Err(e) => Err(self.failed(Operation::Inspect, &e)),
+            Err(e) => Err(self.failed(Operation::Inspect, &e, link)),
         }
     }
 
@@ -524,7 +618,11 @@ impl Node {
             aof_enabled: health.aof_enabled,
             appendfsync: health.appendfsync.clone(),
             durable: health.durable(),
-            quarantined_for: quarantine_left(&health, self.settings.quarantine),
+            marked: health.marked,
+            quarantined_for: health
+                .quarantined_until
+                .map(|until| until.saturating_duration_since(Instant::now()))
+                .filter(|left| !left.is_zero()),
         }
     }
 
@@ -533,13 +631,13 @@ impl Node {
     /// counter, its queue and the queue's lapse times.
     pub(crate) async fn acquire(
         &self,
-        keys: [&str; 4],
+        keys: [&str; 7],
         token: &str,
         ttl: Duration,
         fence: u64,
         place: Option<&Place>,
     ) -> std::result::Result<AcquireReply, NodeFailureKind> {
-        let value = self
+        let (value, link) = self
             .eval(Operation::Acquire, &SCRIPTS.acquire, &keys, |c| {
                 c.arg(token).arg(millis(ttl)).arg(fence);
                 match place {
@@ -562,14 +660,26 @@ impl Node {
                         std::str::from_utf8(token).map_err(|_| unexpected("acquire", &items))?;
                     AcquireReply::HandedOver(token.into(), non_negative(*fence))
                 }
+                [Value::Int(5)] => {
+                    self.saw_deployment(false, None);
+                    return Err(NodeFailureKind::Unmarked);
+                }
+                [Value::Int(6), Value::Int(pttl)] => {
+                    let left = Duration::from_millis(u64::try_from(*pttl).unwrap_or(1).max(1));
+                    self.saw_deployment(true, Some(left));
+                    return Err(NodeFailureKind::Quarantined(left));
+                }
                 _ => return Err(unexpected("acquire", &items)),
             },
             other => return Err(unexpected("acquire", &other)),
         };
+        if self.health().marked != Some(true) {
+            self.saw_deployment(true, None);
+        }
         // A grant from a node whose votes do not count is left in place (the key makes the
         // lock sturdier) but not counted; refusals count as what they are.
         if matches!(reply, AcquireReply::Granted(_)) {
-            self.vote_counts()?;
+            self.vote_counts(Some(link))?;
         }
         Ok(reply)
     }
@@ -578,11 +688,11 @@ impl Node {
     /// token when it did, `None` when the lock is gone or held by another token.
     pub(crate) async fn extend(
         &self,
-        keys: [&str; 2],
+        keys: [&str; 3],
         token: &str,
         ttl: Duration,
     ) -> std::result::Result<Option<u64>, NodeFailureKind> {
-        let value = self
+        let (value, link) = self
             .eval(Operation::Extend, &SCRIPTS.extend, &keys, |c| {
                 c.arg(token).arg(millis(ttl));
             })
@@ -590,7 +700,7 @@ impl Node {
         match value {
             Value::Int(-1) => Ok(None),
             Value::Int(fence) if fence >= 0 => {
-                self.vote_counts()?;
+                self.vote_counts(Some(link))?;
                 Ok(Some(non_negative(fence)))
             }
             other => Err(unexpected("extend", &other)),
@@ -604,12 +714,12 @@ impl Node {
     /// only ever removes.
     pub(crate) async fn release(
         &self,
-        keys: [&str; 4],
+        keys: [&str; 6],
         token: &str,
         channel: &str,
         fence: u64,
     ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
-        let value = self
+        let (value, _) = self
             .eval(Operation::Release, &SCRIPTS.release, &keys, |c| {
                 c.arg(token).arg(channel).arg(fence);
             })
@@ -628,7 +738,7 @@ impl Node {
         terms: Option<&Terms>,
         channel: &str,
     ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
-        let value = self
+        let (value, _) = self
             .eval(Operation::Release, &SCRIPTS.give_back, &keys, |c| {
                 c.arg(token)
                     .arg(&*place.waiter)
@@ -653,7 +763,7 @@ impl Node {
         waiter: &str,
         channel: &str,
     ) -> std::result::Result<bool, NodeFailureKind> {
-        let value = self
+        let (value, _) = self
             .eval(Operation::Release, &SCRIPTS.dequeue, &keys, |c| {
                 c.arg(waiter).arg(channel);
             })
@@ -664,13 +774,65 @@ impl Node {
         }
     }
 
+    /// What the node knows of its deployment: its marker, the longest TTL asked for on it, and
+    /// its quarantine.
+    pub(crate) async fn deployment(
+        &self,
+        keys: [&str; 3],
+    ) -> std::result::Result<DeploymentState, NodeFailureKind> {
+        let (value, _) = self
+            .eval(Operation::Inspect, &SCRIPTS.deployment, &keys, |_| {})
+            .await?;
+        let state = match &value {
+            Value::Array(items) => match items.as_slice() {
+                [
+                    Value::BulkString(marker),
+                    Value::Int(longest),
+                    Value::Int(pttl),
+                ] => DeploymentState {
+                    marker: (!marker.is_empty())
+                        .then(|| String::from_utf8_lossy(marker).into_owned()),
+                    longest_ttl: Duration::from_millis(non_negative(*longest)),
+                    quarantined_for: u64::try_from(*pttl)
+                        .ok()
+                        .filter(|ms| *ms > 0)
+                        .map(Duration::from_millis),
+                },
+                _ => return Err(unexpected("deployment", &value)),
+            },
+            _ => return Err(unexpected("deployment", &value)),
+        };
+        self.saw_deployment(state.marker.is_some(), state.quarantined_for);
+        Ok(state)
+    }
+
+    /// Marks the node as part of deployment `id`, quarantined for `quarantine` (zero: not at
+    /// all), recording `longest_ttl`; whether it was marked now (`false`: it already was).
+    pub(crate) async fn mark(
+        &self,
+        keys: [&str; 3],
+        id: &str,
+        quarantine: Duration,
+        longest_ttl: Duration,
+    ) -> std::result::Result<bool, NodeFailureKind> {
+        let (value, _) = self
+            .eval(Operation::Inspect, &SCRIPTS.mark, &keys, |c| {
+                c.arg(id).arg(millis(quarantine)).arg(millis(longest_ttl));
+            })
+            .await?;
+        match value {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("mark", &other)),
+        }
+    }
+
     /// The key's remaining time to live: `None` when there is no such key.
     pub(crate) async fn pttl(
         &self,
         key: &str,
     ) -> std::result::Result<Option<Duration>, NodeFailureKind> {
         let started = Instant::now();
-        let mut conn = self.connection()?;
+        let (link, mut conn) = self.connect(Operation::Inspect).await?;
         let mut cmd = redis::cmd("PTTL");
         cmd.arg(key);
         match conn
@@ -685,9 +847,27 @@ impl Node {
                 Ok(u64::try_from(ms).ok().map(Duration::from_millis))
             }
             Ok(other) => Err(unexpected("PTTL", &other)),
-            Err(e) => Err(self.failed(Operation::Inspect, &e)),
+            Err(e) => Err(self.failed(Operation::Inspect, &e, link)),
         }
     }
+}
+
+/// Awaits `send`, keeping `turn` (when there is one) only until the command is queued on its
+/// connection: the first poll of a send on an open connection puts the command in the
+/// connection's queue (or, when the queue is full, in line for it, first come, first served
+/// too), whose order the node keeps. A burst of callers on a new client must not make each
+/// one wait for all the round trips ahead of it.
+async fn in_turn<F: std::future::Future + Unpin>(
+    turn: Option<tokio::sync::MutexGuard<'_, ()>>,
+    mut send: F,
+) -> F::Output {
+    if let Some(turn) = turn {
+        if let Poll::Ready(answer) = futures::poll!(&mut send) {
+            return answer;
+        }
+        drop(turn);
+    }
+    send.await
 }
 
 /// `INFO server persistence` and `CONFIG GET appendfsync`, in that order.
@@ -710,7 +890,7 @@ fn probe_pipeline() -> redis::Pipeline {
 
 /// The value of a `CONFIG GET` reply for one parameter; `None` when refused or absent (a
 /// managed Redis may disable CONFIG).
-fn config_value(reply: &Value) -> Option<String> {
+pub(crate) fn config_value(reply: &Value) -> Option<String> {
     let text = |v: &Value| match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Some(s.clone()),
@@ -721,18 +901,6 @@ fn config_value(reply: &Value) -> Option<String> {
         Value::Map(pairs) => pairs.first().and_then(|(_, v)| text(v)),
         _ => None,
     }
-}
-
-/// How much longer a node with this health is quarantined: it is when it has been up for less
-/// than `period` and is not durable. A node never read is not quarantined here: it is read
-/// before its first vote is counted.
-fn quarantine_left(health: &Health, period: Duration) -> Option<Duration> {
-    if period.is_zero() || health.durable() {
-        return None;
-    }
-    let until = health.started_at? + period;
-    let left = until.saturating_duration_since(Instant::now());
-    (!left.is_zero()).then_some(left)
 }
 
 /// TCP options of every connection to a node: `stall` is the connect timeout, at least 1 s.
@@ -820,7 +988,7 @@ mod tests {
     fn settings() -> NodeSettings {
         NodeSettings {
             connect_timeout: Duration::from_secs(1),
-            quarantine: Duration::from_secs(60),
+            verify_votes: true,
             require_durable: false,
         }
     }
@@ -857,7 +1025,15 @@ mod tests {
     #[test]
     fn script_hashes_are_distinct() {
         let s = &*SCRIPTS;
-        let all = [&s.acquire, &s.extend, &s.release, &s.dequeue, &s.give_back];
+        let all = [
+            &s.acquire,
+            &s.extend,
+            &s.release,
+            &s.dequeue,
+            &s.give_back,
+            &s.deployment,
+            &s.mark,
+        ];
         for (i, a) in all.iter().enumerate() {
             assert_eq!(a.sha.len(), 40);
             for b in &all[i + 1..] {
@@ -866,46 +1042,6 @@ mod tests {
                 assert_eq!(a.bit & b.bit, 0);
             }
         }
-    }
-
-    #[test]
-    fn quarantine_covers_recently_started_nodes_that_are_not_durable() {
-        let now = Instant::now();
-        let mut h = Health {
-            started_at: now.checked_sub(Duration::from_secs(5)),
-            ..Health::default()
-        };
-        let left = quarantine_left(&h, Duration::from_secs(60)).unwrap();
-        assert!(
-            left > Duration::from_secs(54) && left <= Duration::from_secs(55),
-            "{left:?}"
-        );
-        assert_eq!(
-            quarantine_left(&h, Duration::from_secs(5)),
-            None,
-            "over once the period passed"
-        );
-        assert_eq!(
-            quarantine_left(&h, Duration::ZERO),
-            None,
-            "zero turns quarantine off"
-        );
-        h.aof_enabled = Some(true);
-        h.appendfsync = Some("everysec".into());
-        assert!(
-            quarantine_left(&h, Duration::from_secs(60)).is_some(),
-            "everysec may lose the last second"
-        );
-        h.appendfsync = Some("always".into());
-        assert_eq!(
-            quarantine_left(&h, Duration::from_secs(60)),
-            None,
-            "AOF always keeps everything"
-        );
-        assert_eq!(
-            quarantine_left(&Health::default(), Duration::from_secs(60)),
-            None
-        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Vote counting and validity maths: pure functions with no I/O, so every rule is unit-tested.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How many of `n` nodes make a majority: `n / 2 + 1`.
 pub fn quorum(n: usize) -> usize {
@@ -104,6 +104,34 @@ impl Tally {
         } else {
             Decision::Pending
         }
+    }
+}
+
+/// When a quorum of nodes may grant again, from what keeps some of them out for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outlook {
+    /// Enough nodes may grant now (they answered, or failed in a way that may pass at once).
+    Open,
+    /// Not before this instant, when enough of the nodes kept out are back.
+    At(Instant),
+    /// Not in sight: too many nodes are out for no known time.
+    Closed,
+}
+
+/// The outlook for a quorum: `out[i]` is `None` when node `i` may grant now, `Some(Some(t))`
+/// when it cannot before `t` (a quarantine that ends then), `Some(None)` when it cannot for
+/// no known time (a replica, a refused login, a server that is not there).
+pub(crate) fn outlook(out: &[Option<Option<Instant>>]) -> Outlook {
+    let needed = quorum(out.len());
+    let open = out.iter().filter(|o| o.is_none()).count();
+    if open >= needed {
+        return Outlook::Open;
+    }
+    let mut back: Vec<Instant> = out.iter().filter_map(|o| o.flatten()).collect();
+    back.sort_unstable();
+    match back.get(needed - open - 1) {
+        Some(t) => Outlook::At(*t),
+        None => Outlook::Closed,
     }
 }
 
@@ -222,5 +250,33 @@ mod tests {
         let mut t = Tally::new(1);
         t.no();
         assert_eq!(t.decision(), Decision::Impossible);
+    }
+
+    #[test]
+    fn the_outlook_waits_for_the_quarantines_that_make_a_quorum() {
+        let now = Instant::now();
+        let (t1, t2) = (now + 2 * MS, now + 5 * MS);
+        assert_eq!(outlook(&[None, None, Some(Some(t1))]), Outlook::Open);
+        // One open of three: the earlier of the two quarantines brings the second vote.
+        assert_eq!(
+            outlook(&[None, Some(Some(t2)), Some(Some(t1))]),
+            Outlook::At(t1)
+        );
+        // Five nodes, one open: two must come back, so the later of the first two.
+        assert_eq!(
+            outlook(&[
+                None,
+                Some(Some(t2)),
+                Some(Some(t1)),
+                Some(None),
+                Some(Some(now + 9 * MS))
+            ]),
+            Outlook::At(t2)
+        );
+        // Out for good beyond what a quorum can spare.
+        assert_eq!(
+            outlook(&[None, Some(None), Some(Some(t1)), Some(None), Some(None)]),
+            Outlook::Closed
+        );
     }
 }

@@ -36,7 +36,8 @@ const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
 /// Handoff tokens of locks this client took lately, remembered so that a grant heard after its
-/// waiter finished (from a master slower than the quorum) is known for this client's own lock.
+/// waiter finished (from a master slower than the quorum) is known for this client's own lock,
+/// and given back once that lock has been released.
 const KEPT_TOKENS: usize = 256;
 
 /// A lock that a release handed straight to a waiter on one master (see `lua/release.lua`).
@@ -45,6 +46,13 @@ pub(crate) struct Grant {
     pub(crate) node: usize,
     pub(crate) token: String,
     pub(crate) fence: u64,
+}
+
+/// A handover token this client took a lock with.
+#[derive(Debug)]
+struct KeptToken {
+    token: String,
+    released: bool,
 }
 
 /// What a master said to one of this client's waiters.
@@ -66,8 +74,9 @@ pub(crate) struct Waiters {
     next_waiter: AtomicU64,
     /// By waiter id.
     listeners: Mutex<HashMap<String, Listener>>,
-    /// The latest [`KEPT_TOKENS`] handover tokens this client took a lock with.
-    kept: Mutex<VecDeque<String>>,
+    /// The latest [`KEPT_TOKENS`] handover tokens this client took a lock with, and whether
+    /// that lock has been released since.
+    kept: Mutex<VecDeque<KeptToken>>,
     /// One flag per master: whether its subscription is confirmed and reading.
     subscribed: OnceLock<Vec<watch::Receiver<bool>>>,
     /// Dropped with the client, which stops the subscription tasks.
@@ -132,9 +141,15 @@ impl Waiters {
             .remove(waiter)
             .map(|l| l.grants)
             .unwrap_or_default();
-        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        grants.retain(|g| !kept.contains(&g.token));
+        grants.retain(|g| !self.is_held(&g.token));
         grants
+    }
+
+    /// Whether `token` is the handover token of a lock this client holds (taken and not yet
+    /// released): a grant with it is part of that lock, which its release deletes.
+    fn is_held(&self, token: &str) -> bool {
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.iter().any(|k| k.token == token && !k.released)
     }
 
     /// Books grants that `waiter`'s own attempt learned of, as if their messages had come.
@@ -153,7 +168,22 @@ impl Waiters {
         if kept.len() == KEPT_TOKENS {
             kept.pop_front();
         }
-        kept.push_back(token.to_owned());
+        kept.push_back(KeptToken {
+            token: token.to_owned(),
+            released: false,
+        });
+    }
+
+    /// The lock with handoff token `token` is being released. A grant heard for it from now on
+    /// came from a master whose handover ran after the release had passed it (a master slower
+    /// than the quorum), and is nobody's lock: it is given back. One heard while the release
+    /// is still on its way is given back too, which finds nothing or deletes what the release
+    /// would have.
+    pub(crate) fn released(&self, token: &str) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(k) = kept.iter_mut().find(|k| k.token == token) {
+            k.released = true;
+        }
     }
 
     /// A master said that `waiter` goes next (after a release, or the departure of the waiter
@@ -164,8 +194,7 @@ impl Waiters {
         let mut listeners = self.listeners();
         let Some(listener) = listeners.get_mut(waiter) else {
             drop(listeners);
-            let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-            return grant.filter(|g| !kept.contains(&g.token));
+            return grant.filter(|g| !self.is_held(&g.token));
         };
         listener.grants.extend(grant);
         if let Some(wake) = listener.wake.take() {
@@ -376,6 +405,12 @@ mod tests {
         assert_eq!(
             waiters.heard("w1", Some(grant("w1/c"))),
             Some(grant("w1/c"))
+        );
+        // Once its own lock is released, a late grant with its token is given back too.
+        waiters.released("w1/a");
+        assert_eq!(
+            waiters.heard("w1", Some(grant("w1/a"))),
+            Some(grant("w1/a"))
         );
     }
 

@@ -65,7 +65,9 @@ mod tests {
         let config = Config::load(path).unwrap();
         assert_eq!(config.nodes.len(), 3);
         assert!(redquorum::Client::new(config.nodes).is_ok());
-        assert_eq!(config.max_ttl, Some(Duration::from_secs(60)));
+        // It sets nothing the API's defaults do not already say.
+        assert_eq!(config.max_ttl, None);
+        assert_eq!(config.quarantine, None);
         assert_eq!(config.listen, Some("127.0.0.1:7700".parse().unwrap()));
     }
 

@@ -4,6 +4,7 @@
 mod bench;
 mod config;
 mod demo;
+mod doctor;
 mod run;
 mod serve;
 mod tools;
@@ -15,8 +16,12 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 /// Success.
 pub(crate) const EXIT_OK: u8 = 0;
-/// The lock could not be had (held elsewhere or no quorum): try again later (EX_TEMPFAIL).
+/// The lock could not be had (held elsewhere, or no answer in time): try again later
+/// (EX_TEMPFAIL).
 pub(crate) const EXIT_TEMPFAIL: u8 = 75;
+/// No quorum of masters can grant the lock: too many are down, quarantined, replicas or
+/// misconfigured, as the message says, master by master (EX_UNAVAILABLE).
+pub(crate) const EXIT_UNAVAILABLE: u8 = 69;
 /// Bad arguments (EX_USAGE).
 pub(crate) const EXIT_USAGE: u8 = 64;
 /// The token does not hold the lock (it expired, or the token is wrong).
@@ -25,6 +30,8 @@ pub(crate) const EXIT_NOT_HELD: u8 = 3;
 pub(crate) const EXIT_SOFTWARE: u8 = 70;
 /// `run`: the lock was lost while the command ran, and the command was terminated.
 pub(crate) const EXIT_LOCK_LOST: u8 = 76;
+/// `doctor`: the deployment is not safe for the options given (EX_CONFIG).
+pub(crate) const EXIT_UNSAFE: u8 = 78;
 /// `run`: the command could not be started (not executable).
 pub(crate) const EXIT_CANNOT_EXECUTE: u8 = 126;
 /// `run`: the command was not found.
@@ -71,12 +78,12 @@ struct NodeArgs {
     /// REDQUORUM_NODES is given.
     #[arg(long, env = "REDQUORUM_CONFIG")]
     config: Option<std::path::PathBuf>,
-    /// Longest TTL accepted; also how long a restarted node without durable persistence is
-    /// quarantined unless --quarantine says otherwise. Set it to your longest TTL.
+    /// Longest TTL accepted (default 24h).
     #[arg(long, env = "REDQUORUM_MAX_TTL", value_parser = humantime::parse_duration)]
     max_ttl: Option<Duration>,
-    /// How long the votes of a node that restarted without durable persistence are not
-    /// counted (default: --max-ttl, 24h if not given). 0s turns quarantine off.
+    /// How long a master that lost its data (restarted without persistence, or flushed) grants
+    /// nothing (default: the longest TTL asked for in the deployment, which the masters
+    /// record). 0s turns quarantine off, which lets such a master vote for a second holder.
     #[arg(long, env = "REDQUORUM_QUARANTINE", value_parser = humantime::parse_duration)]
     quarantine: Option<Duration>,
     /// Count only nodes that run AOF with appendfsync always.
@@ -217,6 +224,21 @@ enum Command {
         )]
         command: Vec<String>,
     },
+    /// Check the masters before trusting them: reachable, independent masters, persistence,
+    /// eviction policy, ACL permissions, round trip, clock offset and quarantine.
+    #[command(after_long_help = DOCTOR_HELP)]
+    Doctor {
+        #[command(flatten)]
+        nodes: NodeArgs,
+        /// Print the report as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Accept masters without AOF `appendfsync always` (a warning, not an error): locks
+        /// stay safe, since a master that loses its data is quarantined, but fencing tokens
+        /// may go back once such a master counts again.
+        #[arg(long)]
+        allow_non_durable: bool,
+    },
     /// Show whether a lock is held and each node's remaining TTL (never the holder's token).
     Status {
         #[command(flatten)]
@@ -284,6 +306,14 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             Ok(client) => tools::release(&client, &lock, &token).await,
             Err(code) => code,
         },
+        Command::Doctor {
+            nodes,
+            json,
+            allow_non_durable,
+        } => match nodes.client() {
+            Ok(client) => doctor::run(&client, json, allow_non_durable).await,
+            Err(code) => code,
+        },
         Command::Status { nodes, lock } => match nodes.client() {
             Ok(client) => tools::status(&client, &lock).await,
             Err(code) => code,
@@ -319,6 +349,21 @@ a token the server only listens on loopback addresses, unless --allow-unauthenti
 SIGINT or SIGTERM: stop accepting, end sessions by releasing their locks, finish requests in
 flight, exit (and stop the --dev masters).";
 
+const DOCTOR_HELP: &str = "\
+Example, with the options the clients will use:
+  redquorum doctor --nodes redis://a:6379,redis://b:6379,redis://c:6379 --max-ttl 5m
+
+Errors (unsafe): a master unreachable, a replica, the same server listed twice, a
+maxmemory-policy other than noeviction, a command or key prefix the ACL denies, fewer masters
+able to vote than the quorum, and with --require-durable a master without appendonly yes and
+appendfsync always. Warnings (safe): no durable persistence, a clock more than 1s off, a
+master in quarantine after a restart.
+
+Exit codes:
+  0    safe for the options given (warnings may be printed)
+  78   not safe: at least one error
+  64   bad arguments (node URLs, durations)";
+
 const RUN_HELP: &str = "\
 Example: serialise a nightly job across machines, waiting up to 5 minutes for the lock:
   redquorum run --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
@@ -338,6 +383,8 @@ Nodes: --nodes, else REDQUORUM_NODES, else `nodes = [...]` in the TOML file name
 Exit codes:
   the command's own    the command ran (128+N if it was killed by signal N)
   75                   the lock was not obtained within --wait; the command was not run
+  69                   no quorum of masters can grant it (down, quarantined, replicas,
+                       misconfigured: the message names each); the command was not run
   76                   the lock was lost while the command ran; the command was terminated
   64                   bad arguments (names, durations, node URLs)
   126, 127             the command could not be executed / was not found
@@ -348,7 +395,8 @@ pub(crate) fn exit_code(error: &redquorum::Error) -> u8 {
     use redquorum::Error;
     match error {
         Error::InvalidArgument { .. } => EXIT_USAGE,
-        Error::Contended { .. } | Error::QuorumUnavailable { .. } | Error::Timeout { .. } => {
+        Error::QuorumUnavailable { .. } => EXIT_UNAVAILABLE,
+        Error::Contended { .. } | Error::ExtendUncertain { .. } | Error::Timeout { .. } => {
             EXIT_TEMPFAIL
         }
         Error::LockLost { .. } | Error::NotHeld { .. } => EXIT_NOT_HELD,

@@ -11,7 +11,8 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::{
-    EXIT_CANNOT_EXECUTE, EXIT_LOCK_LOST, EXIT_NOT_FOUND, EXIT_SOFTWARE, EXIT_TEMPFAIL, exit_code,
+    EXIT_CANNOT_EXECUTE, EXIT_LOCK_LOST, EXIT_NOT_FOUND, EXIT_SOFTWARE, EXIT_TEMPFAIL,
+    EXIT_UNAVAILABLE, exit_code,
 };
 
 pub(super) async fn run(
@@ -31,9 +32,13 @@ pub(super) async fn run(
         .await
     {
         Ok(guard) => guard,
-        Err(
-            e @ (Error::Contended { .. } | Error::QuorumUnavailable { .. } | Error::Timeout { .. }),
-        ) => {
+        Err(e @ Error::QuorumUnavailable { .. }) => {
+            tracing::error!(
+                "lock {name:?} cannot be had: no quorum of masters can grant it; the command was not run: {e}"
+            );
+            return EXIT_UNAVAILABLE;
+        }
+        Err(e @ (Error::Contended { .. } | Error::Timeout { .. })) => {
             tracing::error!(
                 "lock {name:?} not obtained within {}; the command was not run: {e}",
                 humantime::format_duration(wait)
@@ -63,6 +68,20 @@ pub(super) async fn run(
     if own_group {
         cmd.process_group(0);
     }
+    // Listening before the command starts: a SIGTERM that came between its start and our
+    // listening would end this process by default and leave the command running on its own,
+    // with the lock held until its TTL.
+    let (mut interrupts, mut terminations) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (i, t),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!("cannot listen for signals; the command was not run: {e}");
+            release(guard, name).await;
+            return EXIT_SOFTWARE;
+        }
+    };
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -80,18 +99,6 @@ pub(super) async fn run(
         .and_then(|pid| i32::try_from(pid).ok())
         .map(|pid| if own_group { -pid } else { pid });
 
-    let (mut interrupts, mut terminations) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (i, t),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::error!("cannot listen for signals: {e}");
-            terminate(&mut child, target, kill_after).await;
-            release(guard, name).await;
-            return EXIT_SOFTWARE;
-        }
-    };
     let watch = guard.watch();
     let code = loop {
         tokio::select! {

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use crate::Error;
+use crate::{Error, NodeFailureKind};
 
 /// An error answer. `code` is stable (clients may match on it); `message` is for people.
 #[derive(Debug)]
@@ -55,31 +55,74 @@ impl From<Error> for ApiError {
     fn from(error: Error) -> Self {
         let message = error.to_string();
         match error {
-            Error::InvalidArgument { field, .. } => ApiError::bad_request(&format!("invalid_{field}"), message),
-            Error::Contended { holders, reserved, total, .. } => ApiError::new(StatusCode::CONFLICT, "contended", message)
+            Error::InvalidArgument { field, .. } => {
+                ApiError::bad_request(&format!("invalid_{field}"), message)
+            }
+            Error::Contended {
+                holders,
+                reserved,
+                total,
+                ..
+            } => ApiError::new(StatusCode::CONFLICT, "contended", message)
                 .with("holders", json!(holders.len()))
                 .with("reserved", json!(reserved.len()))
                 .with("nodes", json!(total)),
             Error::NotHeld { .. } => ApiError::new(StatusCode::CONFLICT, "not_held", message),
             Error::LockLost { .. } => ApiError::new(StatusCode::CONFLICT, "lock_lost", message),
             Error::QuorumUnavailable {
-                failures, needed, total, ..
-            } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "quorum_unavailable", message)
+                failures,
+                needed,
+                total,
+                ..
+            } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "quorum_unavailable",
+                message,
+            )
+            .with("needed", json!(needed))
+            .with("nodes", json!(total))
+            .with("failures", failures_json(&failures)),
+            Error::ExtendUncertain {
+                valid_for,
+                failures,
+                needed,
+                total,
+                ..
+            } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "extend_uncertain", message)
+                // The caller keeps the lock's validity itself: this is how much of it is left.
+                .with("validity_ms", json!(super::routes::millis_of(valid_for)))
                 .with("needed", json!(needed))
                 .with("nodes", json!(total))
-                .with(
-                    "failures",
-                    Value::Array(
-                        failures
-                            .iter()
-                            .map(|f| json!({"node": f.node, "kind": f.kind.as_str(), "message": f.kind.to_string()}))
-                            .collect(),
-                    ),
-                ),
-            Error::Timeout { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", message),
+                .with("failures", failures_json(&failures)),
+            Error::Timeout { .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "timeout", message)
+            }
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message),
         }
     }
+}
+
+/// Which nodes failed, and how.
+fn failures_json(failures: &[crate::NodeFailure]) -> Value {
+    Value::Array(
+        failures
+            .iter()
+            .map(|f| {
+                let mut failure =
+                    json!({"node": f.node, "kind": f.kind.as_str(), "message": f.kind.to_string()});
+                // Until when: a quarantine ends at a known time, by the master's clock.
+                if let (NodeFailureKind::Quarantined(left), Value::Object(map)) =
+                    (&f.kind, &mut failure)
+                {
+                    map.insert(
+                        "quarantined_ms".to_owned(),
+                        json!(super::routes::millis_of(*left)),
+                    );
+                }
+                failure
+            })
+            .collect(),
+    )
 }
 
 impl IntoResponse for ApiError {

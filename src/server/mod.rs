@@ -25,7 +25,7 @@ pub use http_metrics::{
     HTTP_REQUEST_DURATION, HTTP_REQUESTS, SESSIONS_OPEN, install as install_metrics,
 };
 pub use request::MAX_BODY_BYTES;
-pub use routes::{MAX_HTTP_WAIT, MAX_OWNER_BYTES};
+pub use routes::{MAX_HTTP_WAIT, MAX_OWNER_BYTES, doctor_json};
 
 use crate::Client;
 
@@ -47,8 +47,8 @@ pub struct AppOptions {
     pub shutdown: CancellationToken,
 }
 
-/// The router: `/v1/locks/...` (behind the bearer token, if any), `/healthz`, `/readyz`, and
-/// `/metrics` when a handle is given.
+/// The router: `/v1/locks/...` and `/v1/doctor` (behind the bearer token, if any), `/healthz`,
+/// `/readyz`, and `/metrics` when a handle is given.
 pub fn app(client: Client, options: AppOptions) -> Router {
     let state = AppState {
         client,
@@ -62,6 +62,7 @@ pub fn app(client: Client, options: AppOptions) -> Router {
         .route("/v1/locks/{name}/extend", post(routes::extend))
         .route("/v1/locks/{name}/release", post(routes::release))
         .route("/v1/locks/{name}/session", post(session::session))
+        .route("/v1/doctor", get(routes::doctor))
         .route_layer(axum::middleware::from_fn_with_state(
             options.auth,
             auth::require,

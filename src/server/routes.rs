@@ -1,4 +1,5 @@
-//! The lock API's handlers: acquire, extend, release, inspect, and the health probes.
+//! The lock API's handlers: acquire, extend, release, inspect, the deployment check, and the
+//! health probes.
 
 use std::time::{Duration, SystemTime};
 
@@ -13,7 +14,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::request::Fields;
 use crate::config::defaults;
-use crate::{Lock, LockOptions};
+use crate::{DoctorReport, Lock, LockOptions, Problem};
 
 /// Longest wait one HTTP request may ask for: 10 min. Longer waits belong in a retry loop.
 pub const MAX_HTTP_WAIT: Duration = Duration::from_secs(600);
@@ -178,6 +179,52 @@ pub(crate) async fn inspect(
     Ok(Json(
         json!({"name": info.name, "held": info.held, "nodes": nodes}),
     ))
+}
+
+/// `GET /v1/doctor`: the deployment check; 200 whether it is safe or not (the body says).
+pub(crate) async fn doctor(State(state): State<AppState>) -> Json<Value> {
+    Json(doctor_json(&state.client.doctor().await))
+}
+
+/// A [`DoctorReport`] as JSON, as `GET /v1/doctor` and `redquorum doctor --json` give it.
+/// Durations are whole milliseconds, the round trip and the clock offset microseconds.
+pub fn doctor_json(report: &DoctorReport) -> Value {
+    let problems = |list: &[Problem]| -> Vec<Value> { list.iter().map(problem_json).collect() };
+    let nodes: Vec<Value> = report
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "node": n.node,
+                "reachable": n.reachable,
+                "error": n.error,
+                "redis_version": n.redis_version,
+                "role": n.role,
+                "run_id": n.run_id,
+                "aof_enabled": n.aof_enabled,
+                "appendfsync": n.appendfsync,
+                "durable": n.durable,
+                "maxmemory_policy": n.maxmemory_policy,
+                "acl_user": n.acl_user,
+                "acl_missing": n.acl_missing,
+                "rtt_us": n.rtt.map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+                "clock_offset_us": n.clock_offset_micros,
+                "quarantined_for_ms": n.quarantined_for.map(millis_of),
+                "problems": problems(&n.problems),
+            })
+        })
+        .collect();
+    json!({
+        "safe": report.safe,
+        "quorum": report.quorum,
+        "usable": report.usable,
+        "nodes": nodes,
+        "problems": problems(&report.problems),
+    })
+}
+
+fn problem_json(p: &Problem) -> Value {
+    json!({"severity": p.severity.as_str(), "code": p.code, "message": p.message})
 }
 
 /// `GET /healthz`: the process is up.

@@ -1,0 +1,282 @@
+//! The deployment marker: how every client tells a master that lost its data from a master of
+//! a new deployment, and puts the first in quarantine, on the masters themselves.
+//!
+//! Every master carries a marker (`lua/mark.lua`). A master without one grants nothing
+//! (`lua/acquire.lua`); the client that meets it reads every master, and then:
+//! - when another master carries the marker, the deployment was in use and this master lost
+//!   its data: it is marked again in quarantine for the longest TTL the masters recorded, so
+//!   that every lock it may have granted has expired elsewhere before it grants again;
+//! - when a quorum of masters answered and none carries it, the deployment is new: every
+//!   master is marked, with no quarantine, and counts at once.
+//!
+//! The quarantine is a key on the master that expires when it ends, so every client, including
+//! one started after the loss, sees the same quarantine by the master's own clock. Only a loss
+//! of data on a majority of masters at once (which no Redlock survives) looks like a new
+//! deployment.
+
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::client::{Client, Inner};
+use crate::error::{NodeFailureKind, Operation};
+use crate::fanout::{Answer, fan_out};
+use crate::node::DeploymentState;
+use crate::quorum::{Decision, quorum};
+
+/// Bytes of randomness in a new deployment's id (hex-encoded).
+const DEPLOYMENT_ID_BYTES: usize = 8;
+
+/// The least time the reading of every master may take: marking happens once per deployment
+/// and once per lost master, so it waits a little longer than the per-node deadline.
+const MARKING_DEADLINE_MIN: Duration = Duration::from_millis(200);
+
+/// What to do about the masters that carry no marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Marking {
+    /// Nothing can be decided: too few masters answered, or none lacks the marker.
+    Nothing,
+    /// A new deployment: mark every unmarked master with a new id, no quarantine.
+    New,
+    /// The deployment was in use: mark the unmarked masters with its id, quarantined.
+    Lost {
+        id: String,
+        quarantine: Duration,
+        longest_ttl: Duration,
+    },
+}
+
+/// Decides what to do from every master's reading (`None` or an error: it did not answer).
+/// `quarantine` is the client's own setting, if any.
+pub(crate) fn plan(
+    readings: &[Option<Answer<DeploymentState>>],
+    quarantine: Option<Duration>,
+) -> Marking {
+    let answered: Vec<&DeploymentState> = readings
+        .iter()
+        .filter_map(|r| r.as_ref()?.as_ref().ok())
+        .collect();
+    if !answered.iter().any(|s| s.marker.is_none()) {
+        return Marking::Nothing;
+    }
+    let Some(id) = answered.iter().find_map(|s| s.marker.clone()) else {
+        return if answered.len() >= quorum(readings.len()) {
+            Marking::New
+        } else {
+            Marking::Nothing
+        };
+    };
+    // Every master that grants a lock records its TTL, so each lock that may still be held
+    // left its TTL on a quorum, which may have lost no more than the masters now unmarked.
+    // More than `n - quorum` marked masters always include one of that quorum that kept its
+    // data: then the longest TTL among them covers every lock. With fewer marked masters read
+    // and some masters not read, wait (the unmarked ones grant nothing meanwhile) until more
+    // answer; that many masters out leaves no quorum to serve anyway. With every master read,
+    // a majority has lost its data, which no Redlock survives: the longest TTL recorded is
+    // the best there is.
+    let marked: Vec<&&DeploymentState> = answered.iter().filter(|s| s.marker.is_some()).collect();
+    let n = readings.len();
+    if marked.len() < n - quorum(n) + 1 && answered.len() < n {
+        return Marking::Nothing;
+    }
+    let longest_ttl = marked
+        .iter()
+        .map(|s| s.longest_ttl)
+        .max()
+        .unwrap_or_default();
+    Marking::Lost {
+        id,
+        quarantine: quarantine.unwrap_or(longest_ttl),
+        longest_ttl,
+    }
+}
+
+impl Client {
+    /// Reads every master's marker and marks those without one (see the module's docs).
+    pub(crate) async fn mark_deployment(&self) {
+        let inner = &self.inner;
+        let deadline = Instant::now() + inner.settings.node_timeout.max(MARKING_DEADLINE_MIN);
+        let readings = fan_out(
+            &inner.nodes,
+            Operation::Inspect,
+            deadline,
+            |i| {
+                let inner = inner.clone();
+                async move { inner.nodes[i].deployment(inner.deployment_keys.all()).await }
+            },
+            |_, _| Decision::Pending,
+        )
+        .await;
+        let (id, quarantine, longest_ttl) = match plan(&readings, inner.settings.quarantine) {
+            Marking::Nothing => return,
+            Marking::New => match new_deployment_id() {
+                Some(id) => (id, Duration::ZERO, Duration::ZERO),
+                None => return,
+            },
+            Marking::Lost {
+                id,
+                quarantine,
+                longest_ttl,
+            } => (id, quarantine, longest_ttl),
+        };
+        let unmarked: Vec<usize> = readings
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| matches!(r, Some(Ok(s)) if s.marker.is_none()))
+            .map(|(i, _)| i)
+            .collect();
+        // Its own deadline: reading waited out the masters that did not answer.
+        let deadline = Instant::now() + inner.settings.node_timeout.max(MARKING_DEADLINE_MIN);
+        let marked = fan_out(
+            &inner.nodes,
+            Operation::Inspect,
+            deadline,
+            |i| {
+                let (inner, id, selected) = (inner.clone(), id.clone(), unmarked.contains(&i));
+                async move {
+                    if !selected {
+                        return Ok(false);
+                    }
+                    inner.nodes[i]
+                        .mark(inner.deployment_keys.all(), &id, quarantine, longest_ttl)
+                        .await
+                }
+            },
+            |_, _| Decision::Pending,
+        )
+        .await;
+        for (i, answer) in marked.iter().enumerate() {
+            let node = inner.nodes[i].addr();
+            match answer {
+                Some(Ok(true)) if quarantine.is_zero() => {
+                    info!(node, deployment = %id, "master marked as part of the deployment");
+                }
+                Some(Ok(true)) => warn!(
+                    node,
+                    deployment = %id,
+                    quarantine = %humantime::format_duration(quarantine),
+                    "master lost its data while the deployment was in use; quarantined until every lock it may have granted has expired"
+                ),
+                Some(Err(e)) if unmarked.contains(&i) => {
+                    warn!(node, "could not mark the master: {e}");
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Marks the deployment in the background, unless a marking already runs: for a master found
+/// without its marker by an answer that came after the vote was decided.
+pub(crate) fn mark_in_background(inner: &Arc<Inner>) {
+    if inner.marking.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        inner.marking.store(false, Ordering::Release);
+        return;
+    };
+    let client = Client {
+        inner: inner.clone(),
+    };
+    runtime.spawn(async move {
+        client.mark_deployment().await;
+        client.inner.marking.store(false, Ordering::Release);
+    });
+}
+
+/// A new deployment's id: random, so that two deployments that share masters by mistake can
+/// be told apart (`redquorum doctor` shows it).
+fn new_deployment_id() -> Option<String> {
+    use rand::TryRng;
+    let mut bytes = [0u8; DEPLOYMENT_ID_BYTES];
+    rand::rngs::SysRng.try_fill_bytes(&mut bytes).ok()?;
+    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether an answer says the master carries no marker.
+pub(crate) fn is_unmarked<T>(answer: &Option<Answer<T>>) -> bool {
+    matches!(answer, Some(Err(NodeFailureKind::Unmarked)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn state(marker: Option<&str>, longest: u32) -> Option<Answer<DeploymentState>> {
+        Some(Ok(DeploymentState {
+            marker: marker.map(str::to_owned),
+            longest_ttl: longest * S,
+            quarantined_for: None,
+        }))
+    }
+
+    fn down() -> Option<Answer<DeploymentState>> {
+        Some(Err(NodeFailureKind::Timeout))
+    }
+
+    #[test]
+    fn a_new_deployment_needs_a_quorum_of_unmarked_masters() {
+        let fresh = [state(None, 0), state(None, 0), state(None, 0)];
+        assert_eq!(plan(&fresh, None), Marking::New);
+        // Two of three answered, none marked: still a quorum, so new.
+        assert_eq!(
+            plan(&[state(None, 0), state(None, 0), down()], None),
+            Marking::New
+        );
+        // Only one of three answered: a marked majority may be out of reach.
+        assert_eq!(
+            plan(&[state(None, 0), down(), None], None),
+            Marking::Nothing
+        );
+    }
+
+    #[test]
+    fn a_master_without_the_marker_beside_marked_ones_is_quarantined_for_the_longest_ttl() {
+        let readings = [state(Some("d1"), 30), state(None, 0), state(Some("d1"), 10)];
+        assert_eq!(
+            plan(&readings, None),
+            Marking::Lost {
+                id: "d1".into(),
+                quarantine: 30 * S,
+                longest_ttl: 30 * S,
+            }
+        );
+        // The client's own setting wins.
+        assert!(matches!(
+            plan(&readings, Some(5 * S)),
+            Marking::Lost { quarantine, .. } if quarantine == 5 * S
+        ));
+        // A master not read may be the only one left that recorded the longest TTL: wait.
+        let partial = [state(Some("d1"), 30), state(None, 0), down()];
+        assert_eq!(plan(&partial, None), Marking::Nothing);
+        // Five masters, one lost, one down: three marked ones cover every lock.
+        let five = [
+            state(Some("d1"), 30),
+            state(None, 0),
+            down(),
+            state(Some("d1"), 60),
+            state(Some("d1"), 10),
+        ];
+        assert!(matches!(
+            plan(&five, None),
+            Marking::Lost { quarantine, .. } if quarantine == 60 * S
+        ));
+        // A majority lost its data, every master read: the record is all there is.
+        let majority = [state(Some("d1"), 30), state(None, 0), state(None, 0)];
+        assert!(matches!(
+            plan(&majority, None),
+            Marking::Lost { quarantine, .. } if quarantine == 30 * S
+        ));
+        // Nothing lost, nothing to do.
+        assert_eq!(
+            plan(&[state(Some("d1"), 30), state(Some("d1"), 30)], None),
+            Marking::Nothing
+        );
+    }
+}
