@@ -508,7 +508,8 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
             "{answer}"
         );
     }
-    // Nothing but the held lock exists; no other lock or fencing counter was written.
+    // Nothing but the held lock (and the deployment's marker and longest TTL) exists; no other
+    // lock or fencing counter was written.
     for i in 0..3 {
         let mut keys: Vec<String> = redis::cmd("KEYS")
             .arg("*")
@@ -518,7 +519,12 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
         keys.sort();
         assert_eq!(
             keys,
-            ["redquorum:fence:held", "redquorum:lock:held"],
+            [
+                "redquorum:deployment",
+                "redquorum:fence:held",
+                "redquorum:lock:held",
+                "redquorum:longest-ttl"
+            ],
             "node {i}"
         );
         assert_eq!(
@@ -703,4 +709,30 @@ async fn shutdown_ends_sessions_by_releasing_their_locks() {
             "node {i}: released before exit, not left to the TTL"
         );
     }
+}
+
+/// An `/extend` that no quorum confirms may still have been applied on some masters: the
+/// answer says how much validity is certain, at most the new TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_extend_says_how_long_the_lock_is_certain() {
+    let mut nodes = common::nodes(3);
+    nodes.kill(2).unwrap();
+    let app = redquorum::server::app(common::client(&nodes), AppOptions::default());
+    let (status, body) = call(&app, "POST", "/v1/locks/job", r#"{"ttl_ms": 10000}"#, None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let token = body["token"].as_str().unwrap().to_owned();
+    nodes.pause(1).unwrap();
+    let (status, body) = call(
+        &app,
+        "POST",
+        "/v1/locks/job/extend",
+        json!({"token": token, "ttl_ms": 300}).to_string(),
+        None,
+    )
+    .await;
+    nodes.resume(1).unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"], "extend_uncertain", "{body}");
+    assert!(body["validity_ms"].as_u64().unwrap() <= 300, "{body}");
+    assert_eq!(body["needed"], 2, "{body}");
 }

@@ -144,3 +144,24 @@ pub async fn token_on_quorum(nodes: &LocalNodes, name: &str, token: &str) -> boo
     })
     .await
 }
+
+/// A node URL split for a proxy in front of the node: `(credentials, host:port)`, where
+/// `credentials` is `[user]:password@` or empty. The credentials stay in the proxy's URL; only
+/// the address changes.
+pub fn split_url(url: &str) -> (String, String) {
+    let rest = url.trim_start_matches("redis://");
+    match rest.rsplit_once('@') {
+        Some((credentials, target)) => (format!("{credentials}@"), target.to_owned()),
+        None => (String::new(), rest.to_owned()),
+    }
+}
+
+/// The per-node failures of an acquire that was refused (`Contended` or `QuorumUnavailable`);
+/// fails the test for any other error.
+pub fn refusal_failures(err: &redquorum::Error) -> &[redquorum::NodeFailure] {
+    match err {
+        redquorum::Error::Contended { failures, .. }
+        | redquorum::Error::QuorumUnavailable { failures, .. } => failures,
+        other => panic!("expected a refusal, got {other}"),
+    }
+}
