@@ -113,8 +113,8 @@ pub(crate) async fn run_scenario(
         durable: scenario.durable,
         rng: SplitMix::new(seed),
         dir: dir.clone(),
-        up_at: Instant::now(),
         load: None,
+        spawning: None,
     };
     let body = async {
         ctx.prepare(settings, scenario).await?;
@@ -309,10 +309,10 @@ pub(crate) struct Ctx {
     /// The scenario's seeded generator (which nodes, how long).
     pub(crate) rng: SplitMix,
     dir: PathBuf,
-    /// When the masters were started.
-    up_at: Instant,
     /// The load running, if any.
     load: Option<LoadParams>,
+    /// What a worker started mid-scenario needs.
+    spawning: Option<(RunSettings, Scenario)>,
 }
 
 /// Result of a scenario step: `Err` stops the scenario and makes it inconclusive.
@@ -369,7 +369,6 @@ impl Ctx {
         for service in &all {
             self.wait_ping(service, Duration::from_secs(20)).await?;
         }
-        self.up_at = Instant::now();
         let url = self.project.url(MASTERS[0]);
         let aof: Vec<String> = redis_query(
             &url,
@@ -395,6 +394,7 @@ impl Ctx {
                 scenario.durable
             ));
         }
+        self.spawning = Some((settings.clone(), scenario.clone()));
         for id in 1..=scenario.workers(&settings.size) {
             let handle = self.spawn_worker(settings, scenario, id)?;
             self.workers.push(handle);
@@ -472,6 +472,18 @@ impl Ctx {
             pid,
             stopped: false,
         })
+    }
+
+    /// Starts one more worker (a new client, in a process of its own); returns its id.
+    pub(crate) async fn start_worker(&mut self) -> Step<WorkerId> {
+        let (settings, scenario) = self
+            .spawning
+            .clone()
+            .ok_or("the scenario was not prepared")?;
+        let id = self.workers.iter().map(|w| w.id).max().unwrap_or(0) + 1;
+        let handle = self.spawn_worker(&settings, &scenario, id)?;
+        self.workers.push(handle);
+        Ok(id)
     }
 
     fn worker(&mut self, id: WorkerId) -> Step<&mut WorkerHandle> {
@@ -628,11 +640,6 @@ impl Ctx {
             self.release(id).await?;
         }
         Ok(())
-    }
-
-    /// How long the masters have been up (since they first answered).
-    pub(crate) fn uptime(&self) -> Duration {
-        self.up_at.elapsed()
     }
 
     /// Freezes (SIGSTOP) or thaws (SIGCONT) a worker process, confirmed from /proc.

@@ -90,6 +90,9 @@ pub(crate) enum Kind {
     /// A holder with a bare majority; one of its masters restarts at once; another worker
     /// tries to take the lock.
     EmptyRestart,
+    /// As [`Kind::EmptyRestart`], then a worker started only after the restart (a new
+    /// client, which never saw the masters before) tries too.
+    EmptyRestartNewcomer,
     /// As [`Kind::EmptyRestart`] with durable masters, then a load with immediate restarts.
     DurableRestart,
     /// A holder with a bare majority; the lock expires early on one of its masters; another
@@ -235,8 +238,20 @@ pub(crate) fn all() -> Vec<Scenario> {
         ),
         script(
             "restart-empty-quarantine",
-            "the same restart with a quarantine of 10 s (max TTL 8 s): the second worker must not get the lock",
+            "the same restart with a quarantine of 10 s (max TTL 8 s); the two masters that were down when the deployment was first used come back unmarked after the others were marked: the second worker must not get the lock",
             Kind::EmptyRestart,
+            false,
+            false,
+            QUARANTINE,
+            Expectation {
+                fence_order: Want::Allowed,
+                ..Expectation::clean()
+            },
+        ),
+        script(
+            "restart-empty-newcomer",
+            "the same restart with quarantine, then a client started only after it (it never saw the masters) tries the lock too: it must reach the same verdict and not get it",
+            Kind::EmptyRestartNewcomer,
             false,
             false,
             QUARANTINE,
@@ -343,9 +358,18 @@ pub(crate) async fn body(s: &Scenario, ctx: &mut Ctx, size: &Size) -> Step {
             load(ctx, size, fault).await?;
             ctx.final_acquire(1, Duration::from_secs(5)).await
         }
-        Kind::EmptyRestart => empty_restart(s, ctx).await,
+        Kind::EmptyRestart => empty_restart(s, ctx, false).await,
+        Kind::EmptyRestartNewcomer => empty_restart(s, ctx, true).await,
         Kind::DurableRestart => {
-            empty_restart(s, ctx).await?;
+            // The deployment is first used with all five up, so the two masters the bare
+            // majority leaves out come back marked (AOF keeps the marker) and are not
+            // quarantined as newcomers: what is tested is that durable restarts need none.
+            ctx.phase("set-up: every master marked", PhaseKind::Other);
+            if !ctx.acquire(1, SCRIPT_TTL, Duration::from_secs(3)).await? {
+                return Err("worker 1 could not take the lock with every master up".to_owned());
+            }
+            ctx.release(1).await?;
+            empty_restart(s, ctx, false).await?;
             load(ctx, size, LoadFault::AofRestart).await?;
             ctx.final_acquire(1, Duration::from_secs(5)).await
         }
@@ -479,17 +503,10 @@ async fn bare_majority(ctx: &mut Ctx) -> Step<Vec<String>> {
     Ok(holding)
 }
 
-/// The holder's master restarts at once; worker 2 tries the lock.
-async fn empty_restart(s: &Scenario, ctx: &mut Ctx) -> Step {
-    if !s.quarantine.is_zero() && !s.durable {
-        // Every master has just started: wait out the quarantine (uptime has 1 s granularity).
-        let wait = (s.quarantine + Duration::from_secs(2)).saturating_sub(ctx.uptime());
-        ctx.note(format!(
-            "waiting {} ms for the fresh masters' quarantine to end",
-            wait.as_millis()
-        ));
-        tokio::time::sleep(wait).await;
-    }
+/// The holder's master restarts at once; worker 2 tries the lock, and with `newcomer` a worker
+/// started only now tries it as well. The two masters that were down when worker 1 took the
+/// lock (the deployment's first use) come back unmarked after the three others were marked.
+async fn empty_restart(s: &Scenario, ctx: &mut Ctx, newcomer: bool) -> Step {
     let holding = bare_majority(ctx).await?;
     let restarted = &holding[2..3];
     ctx.fault(Action::Restart, restarted).await?;
@@ -505,6 +522,23 @@ async fn empty_restart(s: &Scenario, ctx: &mut Ctx) -> Step {
         // It works a while under the lock, as holders do.
         tokio::time::sleep(SECOND_HOLDER_WORKS).await;
         ctx.release(2).await?;
+    }
+    if newcomer {
+        // A client that never met the masters must reach the same verdict: the quarantine is
+        // kept on the masters, not in the clients that saw the restart.
+        let id = ctx.start_worker().await?;
+        ctx.phase("a new client tries the lock", PhaseKind::Other);
+        let got = ctx.acquire(id, SCRIPT_TTL, Duration::from_secs(1)).await?;
+        ctx.note(format!(
+            "worker {id}, started after the restart, {} the lock",
+            if got { "got" } else { "did not get" }
+        ));
+        if got {
+            ctx.read(id).await?;
+            ctx.write(id).await?;
+            tokio::time::sleep(SECOND_HOLDER_WORKS).await;
+            ctx.release(id).await?;
+        }
     }
     ctx.release(1).await?;
     if !s.durable {
