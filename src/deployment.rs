@@ -21,7 +21,7 @@ use tracing::{info, warn};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::client::{Client, Inner};
+use crate::cluster::Cluster;
 use crate::error::{NodeFailureKind, Operation};
 use crate::fanout::{Answer, fan_out};
 use crate::node::DeploymentState;
@@ -94,10 +94,10 @@ pub(crate) fn plan(
     }
 }
 
-impl Client {
+impl Cluster {
     /// Reads every master's marker and marks those without one (see the module's docs).
-    pub(crate) async fn mark_deployment(&self) {
-        let inner = &self.inner;
+    pub(crate) async fn mark_deployment(self: &Arc<Self>) {
+        let inner = self;
         let deadline = Instant::now() + inner.settings.node_timeout.max(MARKING_DEADLINE_MIN);
         let readings = fan_out(
             &inner.nodes,
@@ -171,20 +171,18 @@ impl Client {
 
 /// Marks the deployment in the background, unless a marking already runs: for a master found
 /// without its marker by an answer that came after the vote was decided.
-pub(crate) fn mark_in_background(inner: &Arc<Inner>) {
-    if inner.marking.swap(true, Ordering::AcqRel) {
+pub(crate) fn mark_in_background(cluster: &Arc<Cluster>) {
+    if cluster.marking.swap(true, Ordering::AcqRel) {
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        inner.marking.store(false, Ordering::Release);
+        cluster.marking.store(false, Ordering::Release);
         return;
     };
-    let client = Client {
-        inner: inner.clone(),
-    };
+    let cluster = cluster.clone();
     runtime.spawn(async move {
-        client.mark_deployment().await;
-        client.inner.marking.store(false, Ordering::Release);
+        cluster.mark_deployment().await;
+        cluster.marking.store(false, Ordering::Release);
     });
 }
 

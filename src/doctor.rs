@@ -20,7 +20,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, Value};
 
-use crate::client::Client;
+use std::sync::Arc;
+
+use crate::cluster::Cluster;
 use crate::config::defaults;
 use crate::node::Node;
 
@@ -198,40 +200,32 @@ impl DoctorReport {
     }
 }
 
-impl Client {
-    /// Checks every master for what makes quorum locks unsafe or unavailable: reachability,
-    /// role (a replica), the same server listed twice, persistence, eviction policy, ACL
-    /// permissions, round-trip time, clock offset, and quarantine. Masters are checked in
-    /// parallel, each over a plain connection of its own and within
-    /// `max(node_timeout, defaults::DOCTOR_DEADLINE)`.
-    ///
-    /// It never fails: what cannot be read is reported as a problem.
-    pub async fn doctor(&self) -> DoctorReport {
-        let settings = &self.inner.settings;
-        let deadline = settings.node_timeout.max(defaults::DOCTOR_DEADLINE);
-        let prefix = settings.key_prefix.as_str();
-        let checks = futures::future::join_all(self.inner.nodes.iter().map(|node| async move {
-            match tokio::time::timeout(deadline, check(node, prefix, deadline)).await {
-                Ok(check) => check,
-                Err(_) => {
-                    let mut check = NodeCheck::unchecked(node.addr());
-                    check.error = Some(format!(
-                        "no answer within {}",
-                        humantime::format_duration(deadline)
-                    ));
-                    check
-                }
+/// Checks every master of `cluster` (see `Client::doctor`).
+pub(crate) async fn run(cluster: &Arc<Cluster>) -> DoctorReport {
+    let settings = &cluster.settings;
+    let deadline = settings.node_timeout.max(defaults::DOCTOR_DEADLINE);
+    let prefix = settings.key_prefix.as_str();
+    let checks = futures::future::join_all(cluster.nodes.iter().map(|node| async move {
+        match tokio::time::timeout(deadline, check(node, prefix, deadline)).await {
+            Ok(check) => check,
+            Err(_) => {
+                let mut check = NodeCheck::unchecked(node.addr());
+                check.error = Some(format!(
+                    "no answer within {}",
+                    humantime::format_duration(deadline)
+                ));
+                check
             }
-        }));
-        // The client's own reading says what each master keeps of the deployment: its marker
-        // and its quarantine.
-        let (mut nodes, health) = tokio::join!(checks, self.node_health());
-        for (check, health) in nodes.iter_mut().zip(health) {
-            check.marked = health.marked;
-            check.quarantined_for = health.quarantined_for;
         }
-        assess(nodes, self.quorum(), settings.require_durable)
+    }));
+    // The client's own reading says what each master keeps of the deployment: its marker
+    // and its quarantine.
+    let (mut nodes, health) = tokio::join!(checks, cluster.node_health());
+    for (check, health) in nodes.iter_mut().zip(health) {
+        check.marked = health.marked;
+        check.quarantined_for = health.quarantined_for;
     }
+    assess(nodes, cluster.quorum(), settings.require_durable)
 }
 
 /// Reads one master. Everything is best effort: what fails is left empty, with the reason.

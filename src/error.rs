@@ -234,9 +234,17 @@ pub enum Error {
         name: String,
     },
 
-    /// A protected resource refused or failed a fenced write's I/O (see [`crate::fencing`]).
+    /// A protected resource refused or failed a fenced write's I/O (see the `fencing` module).
     #[error("the protected resource failed: {0}")]
     Resource(String),
+
+    /// The fencing counters on the nodes have reached their limit, 2^53 − 1 (Lua numbers on
+    /// the nodes are doubles): no larger fencing token can be granted for this name.
+    #[error("lock {name:?}: the fencing counters on the nodes have reached the limit of 2^53 - 1")]
+    FencesExhausted {
+        /// The lock's name.
+        name: String,
+    },
 
     /// The operating system could not supply random bytes for a token.
     #[error("the operating system's random number generator failed: {0}")]
@@ -256,6 +264,7 @@ impl Error {
             Error::LockLost { .. } => "lock_lost",
             Error::NotHeld { .. } => "not_held",
             Error::Resource(_) => "resource",
+            Error::FencesExhausted { .. } => "fences_exhausted",
             Error::Entropy(_) => "entropy",
         }
     }

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use tokio::task::JoinHandle;
 
-use crate::error::{NodeFailureKind, Operation};
+use crate::error::{NodeFailure, NodeFailureKind, Operation};
 use crate::node::Node;
 use crate::quorum::{Decision, Tally};
 
@@ -150,4 +150,33 @@ where
     })
     .await;
     (tally, answers)
+}
+
+/// The addresses of the nodes whose answer matches.
+pub(crate) fn addrs_where<T>(
+    nodes: &[Node],
+    answers: &[Option<Answer<T>>],
+    pred: impl Fn(&Answer<T>) -> bool,
+) -> Vec<String> {
+    nodes
+        .iter()
+        .zip(answers)
+        .filter(|(_, a)| a.as_ref().is_some_and(&pred))
+        .map(|(n, _)| n.addr().to_owned())
+        .collect()
+}
+
+/// The nodes that failed, and how.
+pub(crate) fn failures<T>(nodes: &[Node], answers: &[Option<Answer<T>>]) -> Vec<NodeFailure> {
+    nodes
+        .iter()
+        .zip(answers)
+        .filter_map(|(n, a)| match a {
+            Some(Err(kind)) => Some(NodeFailure {
+                node: n.addr().to_owned(),
+                kind: kind.clone(),
+            }),
+            _ => None,
+        })
+        .collect()
 }

@@ -36,26 +36,26 @@
 //!
 //! # Layout
 //!
-//! - [`config`]: settings, defaults and limits, in one place.
-//! - [`quorum`]: pure vote counting and validity maths.
+//! Layers, each using only those before it (`docs/architecture.md` draws them):
+//!
+//! - `error`, [`config`] (settings, defaults and limits), `quorum` (pure vote counting and
+//!   validity maths), `metrics` (the metric names the library records), `keys` (where a name
+//!   lives on a master, and each script's keys).
 //! - `node`: one master, its connection and its Lua scripts (`lua/`).
 //! - `fanout`: one operation on all masters at once.
-//! - `lock`: acquire, extend, release and the [`Lock`] handle.
-//! - `guard`: background renewal, the holder's state and the lost-lock signal ([`LockGuard`]).
-//! - `client`: the [`Client`] and inspection of a lock.
-//! - `deployment`: the deployment marker on every master, and the quarantine of a master that
-//!   lost its data.
-//! - `doctor`: [`Client::doctor`], the check of a deployment before it is trusted.
-//! - `waiters`: waking waiters when a lock is released (pub/sub), with polling as the fallback.
-//! - [`fencing`]: the protected resource's side of fencing tokens.
-//! - [`metrics`]: the metric names the library records.
-//! - [`dev`]: local `redis-server` processes for development, tests and benchmarks.
-//! - `server` (feature `server`, on by default): the HTTP coordinator behind `redquorum serve`.
-//! - `bench` (feature `server`): the benchmark behind `redquorum bench`.
+//! - `waiters`: what the masters tell waiting callers (pub/sub), with polling as the fallback.
+//! - `cluster`: what a client's locks share (nodes, settings, fencing proposals, waiters) and
+//!   giving grants back; `deployment`: the deployment marker and the quarantine of a master
+//!   that lost its data.
+//! - `lock`: acquire, extend and release, and the [`Lock`] handle; `guard`: background renewal
+//!   and the lost-lock signal ([`LockGuard`]); `doctor`: the check of a deployment.
+//! - `client`: the [`Client`], every public operation in one place.
+//! - [`fencing`]: the protected resource's side of fencing tokens, for the resource's code.
 
 #[cfg(feature = "server")]
 pub mod bench;
 mod client;
+mod cluster;
 pub mod config;
 mod deployment;
 pub mod dev;
@@ -64,20 +64,21 @@ mod error;
 mod fanout;
 pub mod fencing;
 mod guard;
+mod keys;
 mod lock;
 pub mod metrics;
 mod node;
-pub mod quorum;
+mod quorum;
 #[cfg(feature = "server")]
 pub mod server;
 mod waiters;
 
-pub use client::{Client, LockInfo, NodeLockState};
-pub use config::{ClientBuilder, LockOptions};
+pub use client::{Client, ClientBuilder, LockInfo, NodeLockState};
+pub use config::options::LockOptions;
 pub use doctor::{DoctorReport, NodeCheck, Problem, Severity};
 pub use error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 pub use guard::{GuardStatus, LockGuard, LockState, LockWatch, RenewOptions, RenewalStop};
-pub use lock::{Lock, MAX_FENCE};
+pub use lock::Lock;
 pub use node::NodeHealth;
 
 // The README's examples are compiled and run as doc tests.

@@ -3,12 +3,12 @@
 use std::time::{Duration, Instant};
 
 /// How many of `n` nodes make a majority: `n / 2 + 1`.
-pub fn quorum(n: usize) -> usize {
+pub(crate) fn quorum(n: usize) -> usize {
     n / 2 + 1
 }
 
 /// The clock-drift allowance for a TTL: `ttl × factor + min`.
-pub fn drift(ttl: Duration, factor: f64, min: Duration) -> Duration {
+pub(crate) fn drift(ttl: Duration, factor: f64, min: Duration) -> Duration {
     // `mul_f64` panics on negative or non-finite input; the factor is validated to be in
     // 0..=0.5 when the client is built, but saturate anyway rather than trust that.
     let scaled = if factor.is_finite() && factor > 0.0 {
@@ -21,7 +21,7 @@ pub fn drift(ttl: Duration, factor: f64, min: Duration) -> Duration {
 
 /// What is left of a TTL once `elapsed` (since the attempt began, on the monotonic clock) and
 /// the drift allowance are taken off; `None` when nothing is left.
-pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
+pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
     ttl.checked_sub(elapsed)?
         .checked_sub(drift)
         .filter(|v| !v.is_zero())
@@ -29,7 +29,7 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Dur
 
 /// Where a vote stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Not enough answers yet either way.
     Pending,
     /// A quorum said yes.
@@ -40,7 +40,7 @@ pub enum Decision {
 
 /// Counts the answers of `n` nodes to one operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tally {
+pub(crate) struct Tally {
     nodes: usize,
     yes: usize,
     no: usize,
@@ -49,7 +49,7 @@ pub struct Tally {
 
 impl Tally {
     /// A tally for `nodes` nodes with no answer yet.
-    pub fn new(nodes: usize) -> Self {
+    pub(crate) fn new(nodes: usize) -> Self {
         Tally {
             nodes,
             yes: 0,
@@ -59,43 +59,45 @@ impl Tally {
     }
 
     /// A node agreed.
-    pub fn yes(&mut self) {
+    pub(crate) fn yes(&mut self) {
         self.yes += 1;
     }
 
     /// A node answered that it will not agree (held by another token, say).
-    pub fn no(&mut self) {
+    pub(crate) fn no(&mut self) {
         self.no += 1;
     }
 
     /// A node did not answer usefully.
-    pub fn failed(&mut self) {
+    pub(crate) fn failed(&mut self) {
         self.failed += 1;
     }
 
     /// How many said yes.
-    pub fn yes_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn yes_count(&self) -> usize {
         self.yes
     }
 
     /// How many said no.
-    pub fn no_count(&self) -> usize {
+    pub(crate) fn no_count(&self) -> usize {
         self.no
     }
 
     /// How many failed.
-    pub fn failed_count(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn failed_count(&self) -> usize {
         self.failed
     }
 
     /// How many have not answered.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.nodes.saturating_sub(self.yes + self.no + self.failed)
     }
 
     /// Whether the vote is decided: reached as soon as a quorum said yes, impossible as soon as
     /// the yes votes plus those still pending cannot make a quorum.
-    pub fn decision(&self) -> Decision {
+    pub(crate) fn decision(&self) -> Decision {
         let needed = quorum(self.nodes);
         if self.yes >= needed {
             Decision::Reached
@@ -133,6 +135,71 @@ pub(crate) fn outlook(out: &[Option<Option<Instant>>]) -> Outlook {
         Some(t) => Outlook::At(*t),
         None => Outlook::Closed,
     }
+}
+
+/// What one node answered to an acquire, as far as telling a split vote goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquireVote {
+    /// It granted this attempt.
+    Granted,
+    /// Another holder has the lock there, with this fencing token.
+    HeldBy(u64),
+    /// The lock is free there but promised to another waiter first.
+    Reserved,
+    /// Anything else: a failure, no answer, a handover to this waiter, a stale proposal.
+    Other,
+}
+
+/// Whether the votes were split: nobody on a quorum of the answers, and evidence that several
+/// contenders shared them (two holders, told apart by their fencing tokens; another holder
+/// besides our own grants; or our own grants where other nodes had another waiter first, so the
+/// nodes' queues did not agree yet). One holder seen among failures is not a split: when
+/// unreachable nodes fail fast, a single refusal can decide the vote, and that holder may well
+/// have the lock; the waiter must then wait for its release, not retry in a tight loop. Nor is
+/// a holder seen beside "another waiter first": that waiter is most likely the holder, still
+/// taking the remaining nodes.
+pub(crate) fn is_split(votes: impl IntoIterator<Item = AcquireVote>, quorum: usize) -> bool {
+    let mut holders: Vec<(u64, usize)> = Vec::new();
+    let (mut granted, mut reserved) = (0, 0);
+    for vote in votes {
+        match vote {
+            AcquireVote::HeldBy(fence) => match holders.iter_mut().find(|(f, _)| *f == fence) {
+                Some((_, n)) => *n += 1,
+                None => holders.push((fence, 1)),
+            },
+            AcquireVote::Granted => granted += 1,
+            AcquireVote::Reserved => reserved += 1,
+            AcquireVote::Other => {}
+        }
+    }
+    let others = if holders.is_empty() {
+        usize::from(reserved > 0)
+    } else {
+        holders.len()
+    };
+    let contenders = others + usize::from(granted > 0);
+    others > 0 && contenders >= 2 && holders.iter().all(|(_, n)| *n < quorum)
+}
+
+/// Of locks handed over on single nodes, `(node, token, fence)`, the token and fencing token
+/// that a quorum of distinct nodes handed over, counting only nodes for which `counts` holds
+/// (their votes count).
+pub(crate) fn quorum_handover<'g>(
+    handovers: &[(usize, &'g str, u64)],
+    counts: impl Fn(usize) -> bool,
+    quorum: usize,
+) -> Option<(&'g str, u64)> {
+    handovers.iter().find_map(|&(_, token, fence)| {
+        let mut on: Vec<usize> = handovers
+            .iter()
+            .filter(|&&(_, t, f)| t == token && f == fence)
+            .map(|&(node, _, _)| node)
+            .filter(|&node| counts(node))
+            .collect();
+        on.sort_unstable();
+        on.dedup();
+        (on.len() >= quorum).then_some((token, fence))
+    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! waiters and started on the first wait.
 //!
 //! A waiter collects the grants and takes the lock once a quorum of masters has handed it
-//! over (`Client::handed_over` in `lock.rs`). A wake-up alone makes it retry at once, and the
+//! over (`handed_over` in `lock/acquire.rs`). A wake-up alone makes it retry at once, and the
 //! same release heard from several masters may wake it more than once, on purpose: the first
 //! master to announce it may be well ahead of the others, and an attempt made then finds the
 //! lock still held on a quorum; the next announcement says to try again. Every waiter also
@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use tokio::sync::{oneshot, watch};
 
-use crate::client::Inner;
+use tokio::sync::mpsc;
+
+use crate::node::Node;
 
 /// Pause before resubscribing to a master whose subscription failed, doubled up to the maximum.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
@@ -64,9 +66,30 @@ struct Listener {
     grants: Vec<Grant>,
 }
 
+/// A lock a master handed to a waiter of this client that is gone: nobody's lock, to be given
+/// back at once (passing the turn on) rather than left until its TTL.
+#[derive(Debug)]
+pub(crate) struct Orphan {
+    /// The lock's key on that master.
+    pub(crate) lock_key: String,
+    pub(crate) grant: Grant,
+}
+
 /// The waiters of one client, and its subscriptions.
 #[derive(Debug)]
 pub(crate) struct Waiters {
+    /// What the subscriptions share with the waiters; the subscription tasks hold it weakly.
+    state: Arc<State>,
+    /// One flag per master: whether its subscription is confirmed and reading.
+    subscribed: OnceLock<Vec<watch::Receiver<bool>>>,
+    /// Dropped with the client, which stops the subscription tasks.
+    _alive: watch::Sender<()>,
+    alive: watch::Receiver<()>,
+}
+
+/// The waiters' listeners and the handover tokens this client took locks with.
+#[derive(Debug)]
+pub(crate) struct State {
     /// `{prefix}wake:`; a client's channel is this and its id.
     wake_prefix: String,
     /// Random, so that clients that never met do not share waiter ids.
@@ -77,28 +100,89 @@ pub(crate) struct Waiters {
     /// The latest [`KEPT_TOKENS`] handover tokens this client took a lock with, and whether
     /// that lock has been released since.
     kept: Mutex<VecDeque<KeptToken>>,
-    /// One flag per master: whether its subscription is confirmed and reading.
-    subscribed: OnceLock<Vec<watch::Receiver<bool>>>,
-    /// Dropped with the client, which stops the subscription tasks.
-    _alive: watch::Sender<()>,
-    alive: watch::Receiver<()>,
+    /// Where grants for waiters that are gone go, to be given back by the client.
+    orphans: mpsc::UnboundedSender<Orphan>,
+}
+
+impl std::ops::Deref for Waiters {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.state
+    }
 }
 
 impl Waiters {
-    pub(crate) fn new(key_prefix: &str) -> Self {
+    /// The waiters of a client whose keys start with `key_prefix`, and the receiving end of
+    /// their orphaned grants, which the client gives back.
+    pub(crate) fn new(key_prefix: &str) -> (Self, mpsc::UnboundedReceiver<Orphan>) {
         let (alive_tx, alive_rx) = watch::channel(());
-        Waiters {
+        let (orphans, orphans_rx) = mpsc::unbounded_channel();
+        let state = State {
             wake_prefix: format!("{key_prefix}wake:"),
             client_id: format!("{:016x}", rand::random::<u64>()),
             next_waiter: AtomicU64::new(0),
             listeners: Mutex::new(HashMap::new()),
             kept: Mutex::new(VecDeque::new()),
+            orphans,
+        };
+        let waiters = Waiters {
+            state: Arc::new(state),
             subscribed: OnceLock::new(),
             _alive: alive_tx,
             alive: alive_rx,
-        }
+        };
+        (waiters, orphans_rx)
     }
 
+    /// Starts the subscriptions (once) and waits until at least one is confirmed, for at most
+    /// `patience`: a waiter should not miss a release that happens right after it starts, but
+    /// if no master can be subscribed to, polling still works.
+    pub(crate) async fn subscribe(
+        &self,
+        nodes: &[Node],
+        connect_timeout: Duration,
+        patience: Duration,
+    ) {
+        let flags = self.subscribed.get_or_init(|| {
+            let runtime = tokio::runtime::Handle::try_current();
+            let channel = format!("{}{}", self.wake_prefix, self.client_id);
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    let (tx, rx) = watch::channel(false);
+                    if let Ok(runtime) = &runtime {
+                        runtime.spawn(subscription(
+                            Arc::downgrade(&self.state),
+                            Subscribed {
+                                node: i,
+                                client: node.redis_client().clone(),
+                                channel: channel.clone(),
+                                connect_timeout,
+                            },
+                            tx,
+                            self.alive.clone(),
+                        ));
+                    }
+                    rx
+                })
+                .collect()
+        });
+        if flags.iter().any(|f| *f.borrow()) {
+            return;
+        }
+        let any = futures::future::select_all(flags.iter().map(|f| {
+            let mut f = f.clone();
+            Box::pin(async move {
+                let _ = f.wait_for(|ready| *ready).await;
+            })
+        }));
+        let _ = tokio::time::timeout(patience, any).await;
+    }
+}
+
+impl State {
     /// What the scripts prepend to a waiter's client id to name the channel that wakes it.
     pub(crate) fn wake_prefix(&self) -> &str {
         &self.wake_prefix
@@ -135,7 +219,7 @@ impl Waiters {
     /// The waiter is done waiting (it has the lock, gave up, or was cancelled); the grants it
     /// did not take are returned, for the caller to give back, except those of a lock this
     /// client holds (heard from masters slower than the quorum).
-    pub(crate) fn forget(&self, waiter: &str) -> Vec<Grant> {
+    pub(crate) fn leave(&self, waiter: &str) -> Vec<Grant> {
         let mut grants = self
             .listeners()
             .remove(waiter)
@@ -163,7 +247,7 @@ impl Waiters {
     }
 
     /// Remembers a handoff token this client now holds a lock with.
-    pub(crate) fn keep(&self, token: &str) {
+    pub(crate) fn remember_taken(&self, token: &str) {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         if kept.len() == KEPT_TOKENS {
             kept.pop_front();
@@ -190,7 +274,7 @@ impl Waiters {
     /// before it), and maybe that it now holds the lock there: wake it if it is listening (one
     /// that is not is about to look anyway). A grant for a waiter that is gone is returned: it
     /// is nobody's lock, to be given back at once rather than left until its TTL.
-    fn heard(&self, waiter: &str, grant: Option<Grant>) -> Option<Grant> {
+    fn deliver(&self, waiter: &str, grant: Option<Grant>) -> Option<Grant> {
         let mut listeners = self.listeners();
         let Some(listener) = listeners.get_mut(waiter) else {
             drop(listeners);
@@ -201,39 +285,6 @@ impl Waiters {
             let _ = wake.send(());
         }
         None
-    }
-
-    /// Starts the subscriptions (once) and waits until at least one is confirmed, for at most
-    /// `patience`: a waiter should not miss a release that happens right after it starts, but
-    /// if no master can be subscribed to, polling still works.
-    pub(crate) async fn subscribe(&self, inner: &Arc<Inner>, patience: Duration) {
-        let flags = self.subscribed.get_or_init(|| {
-            let runtime = tokio::runtime::Handle::try_current();
-            (0..inner.nodes.len())
-                .map(|i| {
-                    let (tx, rx) = watch::channel(false);
-                    if let Ok(runtime) = &runtime {
-                        runtime.spawn(subscription(
-                            Arc::downgrade(inner),
-                            i,
-                            tx,
-                            self.alive.clone(),
-                        ));
-                    }
-                    rx
-                })
-                .collect()
-        });
-        if flags.iter().any(|f| *f.borrow()) {
-            return;
-        }
-        let any = futures::future::select_all(flags.iter().map(|f| {
-            let mut f = f.clone();
-            Box::pin(async move {
-                let _ = f.wait_for(|ready| *ready).await;
-            })
-        }));
-        let _ = tokio::time::timeout(patience, any).await;
     }
 }
 
@@ -261,40 +312,30 @@ fn parse_message(payload: &str, node: usize) -> (&str, Option<(Grant, String)>) 
     (waiter, grant)
 }
 
-/// Releases a lock that a master handed to a waiter of this client that is gone, passing the
-/// turn on to the next waiter.
-fn give_back(inner: Arc<Inner>, key: String, grant: Grant) {
-    let client = crate::Client { inner };
-    let prefix = format!("{}lock:", client.inner.settings.key_prefix);
-    let Some(keys) = key
-        .strip_prefix(&prefix)
-        .and_then(|name| client.keys(name).ok())
-    else {
-        return;
-    };
-    tracing::debug!(
-        node = grant.node,
-        "giving back a lock handed to a waiter that left"
-    );
-    let _ = client.release_grants(&keys, vec![grant], crate::lock::GiveBack::PassingOn);
+/// Where one subscription goes.
+struct Subscribed {
+    node: usize,
+    client: redis::Client,
+    /// The client's wake channel.
+    channel: String,
+    connect_timeout: Duration,
 }
 
 /// Keeps the client's subscription on one master up until the client is dropped.
 async fn subscription(
-    inner: Weak<Inner>,
-    node: usize,
+    state: Weak<State>,
+    to: Subscribed,
     ready: watch::Sender<bool>,
     mut alive: watch::Receiver<()>,
 ) {
+    let Subscribed {
+        node,
+        client,
+        channel,
+        connect_timeout,
+    } = to;
     let mut pause = RESUBSCRIBE_MIN;
     loop {
-        let Some(strong) = inner.upgrade() else {
-            return;
-        };
-        let client = strong.nodes[node].redis_client().clone();
-        let channel = format!("{}{}", strong.waiters.wake_prefix, strong.waiters.client_id);
-        let connect_timeout = strong.settings.connect_timeout;
-        drop(strong);
         let started = Instant::now();
         let connected = tokio::time::timeout(connect_timeout, async {
             let mut pubsub = client.get_async_pubsub().await?;
@@ -310,13 +351,12 @@ async fn subscription(
                     tokio::select! {
                         message = messages.next() => {
                             let Some(message) = message else { break };
-                            let Some(strong) = inner.upgrade() else { return };
+                            let Some(state) = state.upgrade() else { return };
                             let payload = String::from_utf8_lossy(message.get_payload_bytes());
                             let (waiter, grant) = parse_message(&payload, node);
-                            if let Some(orphan) = strong.waiters.heard(waiter, grant.as_ref().map(|(g, _)| g.clone())) {
-                                if let Some((_, key)) = grant {
-                                    give_back(strong, key, orphan);
-                                }
+                            let (grant, lock_key) = grant.unzip();
+                            if let (Some(grant), Some(lock_key)) = (state.deliver(waiter, grant), lock_key) {
+                                let _ = state.orphans.send(Orphan { lock_key, grant });
                             }
                         }
                         changed = alive.changed() => if changed.is_err() { return },
@@ -346,22 +386,22 @@ mod tests {
 
     #[test]
     fn a_wake_reaches_only_the_named_waiter() {
-        let waiters = Waiters::new("p:");
+        let (waiters, _orphans) = Waiters::new("p:");
         assert_eq!(waiters.wake_prefix(), "p:wake:");
         let (a, b) = (waiters.new_waiter(), waiters.new_waiter());
         assert_ne!(a, b);
         assert_eq!(a.split_once('.').map(|(c, _)| c), Some(&*waiters.client_id));
         let mut first = waiters.listen("w1");
         let mut second = waiters.listen("w2");
-        waiters.heard("w1", None);
+        waiters.deliver("w1", None);
         assert!(first.try_recv().is_ok());
         assert!(second.try_recv().is_err(), "only the named waiter wakes");
         // Another master announcing the same release, before the waiter listens again: it is
         // attempting anyway. After it listens again: woken again, to retry.
-        waiters.heard("w1", None);
+        waiters.deliver("w1", None);
         let mut again = waiters.listen("w1");
         assert!(again.try_recv().is_err());
-        waiters.heard("w1", None);
+        waiters.deliver("w1", None);
         assert!(again.try_recv().is_ok());
     }
 
@@ -386,41 +426,41 @@ mod tests {
 
     #[test]
     fn grants_for_a_waiter_that_left_are_orphans_unless_kept() {
-        let waiters = Waiters::new("p:");
+        let (waiters, _orphans) = Waiters::new("p:");
         let grant = |token: &str| Grant {
             node: 0,
             token: token.to_owned(),
             fence: 7,
         };
         let mut rx = waiters.listen("w1");
-        assert_eq!(waiters.heard("w1", Some(grant("w1/a"))), None);
+        assert_eq!(waiters.deliver("w1", Some(grant("w1/a"))), None);
         assert!(rx.try_recv().is_ok(), "a grant wakes its waiter");
         assert_eq!(waiters.take_grants("w1"), vec![grant("w1/a")]);
-        waiters.keep("w1/a");
-        waiters.heard("w1", Some(grant("w1/b")));
-        waiters.heard("w1", Some(grant("w1/a")));
+        waiters.remember_taken("w1/a");
+        waiters.deliver("w1", Some(grant("w1/b")));
+        waiters.deliver("w1", Some(grant("w1/a")));
         // Leaving: the grant it did not take is returned to be given back; its own lock's is not.
-        assert_eq!(waiters.forget("w1"), vec![grant("w1/b")]);
-        assert_eq!(waiters.heard("w1", Some(grant("w1/a"))), None);
+        assert_eq!(waiters.leave("w1"), vec![grant("w1/b")]);
+        assert_eq!(waiters.deliver("w1", Some(grant("w1/a"))), None);
         assert_eq!(
-            waiters.heard("w1", Some(grant("w1/c"))),
+            waiters.deliver("w1", Some(grant("w1/c"))),
             Some(grant("w1/c"))
         );
         // Once its own lock is released, a late grant with its token is given back too.
         waiters.released("w1/a");
         assert_eq!(
-            waiters.heard("w1", Some(grant("w1/a"))),
+            waiters.deliver("w1", Some(grant("w1/a"))),
             Some(grant("w1/a"))
         );
     }
 
     #[test]
     fn waiters_that_left_are_forgotten() {
-        let waiters = Waiters::new("p:");
+        let (waiters, _orphans) = Waiters::new("p:");
         let _rx = waiters.listen("w1");
-        waiters.forget("w1");
+        waiters.leave("w1");
         // Named after it left (another client's master still had its place): nothing to wake.
-        waiters.heard("w1", None);
+        waiters.deliver("w1", None);
         assert!(waiters.listeners().is_empty());
     }
 }

@@ -1,99 +1,25 @@
-//! The client: the set of nodes, client-wide settings, and read-only inspection of a lock.
+//! The client, the library's front door: every public operation on a [`Client`] is here, and
+//! each one hands the work to the layer that does it.
 
-use std::collections::HashSet;
+mod builder;
+mod inspect;
+
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::config::{ClientBuilder, ClientSettings, limits, validate_name};
-use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
-use crate::fanout::fan_out;
-use crate::node::{Node, NodeHealth, NodeSettings};
-use crate::quorum::{Decision, quorum};
-use crate::waiters::Waiters;
+use tracing::warn;
 
-/// Where one lock name lives on every node. Lock keys, counters and queues live under different
-/// sub-prefixes, so no name can collide with another's counter or queue.
-#[derive(Debug)]
-pub(crate) struct Keys {
-    /// `{prefix}lock:{name}`: the holder's token, with the lock's TTL.
-    pub(crate) lock: String,
-    /// `{prefix}fence:{name}`: the highest fencing token granted, with no expiry.
-    pub(crate) fence: String,
-    /// `{prefix}queue:{name}`: waiter ids by priority.
-    pub(crate) queue: String,
-    /// `{prefix}queue-terms:{name}`: when each waiter's place lapses, and on what terms a
-    /// release may hand the lock to it.
-    pub(crate) terms: String,
-    /// The keys every name shares: the deployment's marker, longest TTL and quarantine.
-    pub(crate) deployment: Arc<DeploymentKeys>,
-}
+pub use builder::ClientBuilder;
+pub use inspect::{LockInfo, NodeLockState};
 
-/// Where a node keeps what it knows of its deployment (see `lua/mark.lua`).
-#[derive(Debug)]
-pub(crate) struct DeploymentKeys {
-    /// `{prefix}deployment`: the marker, with the deployment's id; no expiry.
-    pub(crate) marker: String,
-    /// `{prefix}longest-ttl`: the longest TTL asked for on the node, in ms; no expiry.
-    pub(crate) longest_ttl: String,
-    /// `{prefix}quarantine`: present, with its TTL, while the node is quarantined.
-    pub(crate) quarantine: String,
-}
-
-impl DeploymentKeys {
-    pub(crate) fn new(prefix: &str) -> Self {
-        DeploymentKeys {
-            marker: format!("{prefix}deployment"),
-            longest_ttl: format!("{prefix}longest-ttl"),
-            quarantine: format!("{prefix}quarantine"),
-        }
-    }
-
-    /// The keys of the deployment scripts (read and mark).
-    pub(crate) fn all(&self) -> [&str; 3] {
-        [&self.marker, &self.longest_ttl, &self.quarantine]
-    }
-}
-
-impl Keys {
-    /// The keys of the acquire script.
-    pub(crate) fn for_acquire(&self) -> [&str; 7] {
-        let d = &self.deployment;
-        [
-            &self.lock,
-            &self.fence,
-            &self.queue,
-            &self.terms,
-            &d.marker,
-            &d.longest_ttl,
-            &d.quarantine,
-        ]
-    }
-
-    /// The keys of the extend script.
-    pub(crate) fn for_extend(&self) -> [&str; 3] {
-        [&self.lock, &self.fence, &self.deployment.longest_ttl]
-    }
-
-    /// The keys of the release script.
-    pub(crate) fn for_release(&self) -> [&str; 6] {
-        let d = &self.deployment;
-        [
-            &self.lock,
-            &self.queue,
-            &self.terms,
-            &self.fence,
-            &d.marker,
-            &d.quarantine,
-        ]
-    }
-
-    /// The keys of the scripts that act on a waiter's place (dequeue, give back).
-    pub(crate) fn for_place(&self) -> [&str; 3] {
-        [&self.lock, &self.queue, &self.terms]
-    }
-}
+use crate::cluster::Cluster;
+use crate::config::LockOptions;
+use crate::doctor::{self, DoctorReport};
+use crate::error::{Error, Result};
+use crate::guard::{LockGuard, LockWatch, RenewOptions};
+use crate::lock::{self, Lock};
 
 /// A handle on N independent Redis masters; cheap to clone (all clones share the connections).
 ///
@@ -101,20 +27,7 @@ impl Keys {
 /// [`Client::try_acquire`].
 #[derive(Clone)]
 pub struct Client {
-    pub(crate) inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) nodes: Vec<Node>,
-    pub(crate) settings: ClientSettings,
-    /// The highest fencing token this client has seen granted or reported, on any name: the
-    /// floor of its next proposal, so that one client's tokens keep rising even if the clock
-    /// steps back.
-    pub(crate) highest_fence: AtomicU64,
-    pub(crate) waiters: Waiters,
-    pub(crate) deployment_keys: Arc<DeploymentKeys>,
-    /// Set while a marking of the deployment runs in the background.
-    pub(crate) marking: std::sync::atomic::AtomicBool,
+    cluster: Arc<Cluster>,
 }
 
 impl fmt::Debug for Client {
@@ -122,29 +35,9 @@ impl fmt::Debug for Client {
         f.debug_struct("Client")
             .field("nodes", &self.nodes())
             .field("quorum", &self.quorum())
-            .field("key_prefix", &self.inner.settings.key_prefix)
+            .field("key_prefix", &self.cluster.settings.key_prefix)
             .finish()
     }
-}
-
-/// One node's view of a lock, from [`Client::inspect`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeLockState {
-    /// The node's address, `host:port`.
-    pub node: String,
-    /// How long the node will keep the lock: `Ok(None)` when it does not have it.
-    pub ttl: Result<Option<Duration>, NodeFailureKind>,
-}
-
-/// What the nodes know of a lock, without saying who holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LockInfo {
-    /// The lock's name.
-    pub name: String,
-    /// Whether a quorum of nodes has the lock (by any holder).
-    pub held: bool,
-    /// Each node's view, in the order the nodes were given.
-    pub nodes: Vec<NodeLockState>,
 }
 
 impl Client {
@@ -166,208 +59,154 @@ impl Client {
         ClientBuilder::default().nodes(urls).build()
     }
 
-    pub(crate) fn from_builder(builder: ClientBuilder) -> Result<Self> {
-        if builder.nodes.is_empty() {
-            return Err(Error::invalid(
-                "node",
-                "no nodes given; give at least one redis:// URL (three or five for fault tolerance)",
-            ));
-        }
-        if builder.nodes.len() > limits::MAX_NODES {
-            return Err(Error::invalid(
-                "node",
-                format!(
-                    "{} nodes given; at most {} are supported",
-                    builder.nodes.len(),
-                    limits::MAX_NODES
-                ),
-            ));
-        }
-        crate::metrics::describe();
-        let mut seen = HashSet::new();
-        let mut nodes = Vec::with_capacity(builder.nodes.len());
-        let node_settings = NodeSettings {
-            connect_timeout: builder.settings.connect_timeout,
-            verify_votes: builder.settings.require_durable
-                || builder.settings.quarantine != Some(Duration::ZERO),
-            require_durable: builder.settings.require_durable,
-        };
-        for url in &builder.nodes {
-            let node = Node::new(url, node_settings)?;
-            if !seen.insert(node.addr().to_owned()) {
-                return Err(Error::invalid(
-                    "node",
-                    format!(
-                        "{} is given twice; each node must be a separate Redis server (another database on the same server is not independent)",
-                        node.addr()
-                    ),
-                ));
-            }
-            nodes.push(node);
-        }
-        Ok(Client {
-            inner: Arc::new(Inner {
-                nodes,
-                waiters: Waiters::new(&builder.settings.key_prefix),
-                deployment_keys: Arc::new(DeploymentKeys::new(&builder.settings.key_prefix)),
-                marking: std::sync::atomic::AtomicBool::new(false),
-                settings: builder.settings,
-                highest_fence: AtomicU64::new(0),
-            }),
-        })
-    }
-
     /// The nodes' addresses (`host:port`, never a password), in the order given.
     pub fn nodes(&self) -> Vec<String> {
-        self.inner
-            .nodes
-            .iter()
-            .map(|n| n.addr().to_owned())
-            .collect()
+        self.cluster.addrs()
     }
 
     /// How many nodes must agree: a strict majority.
     pub fn quorum(&self) -> usize {
-        quorum(self.inner.nodes.len())
+        self.cluster.quorum()
     }
 
-    /// The keys and the release channel of a lock name on the nodes, once the name is checked.
-    pub(crate) fn keys(&self, name: &str) -> Result<Arc<Keys>> {
-        validate_name(name)?;
-        let prefix = &self.inner.settings.key_prefix;
-        Ok(Arc::new(Keys {
-            lock: format!("{prefix}lock:{name}"),
-            fence: format!("{prefix}fence:{name}"),
-            queue: format!("{prefix}queue:{name}"),
-            terms: format!("{prefix}queue-terms:{name}"),
-            deployment: self.inner.deployment_keys.clone(),
-        }))
-    }
-
-    /// Reads every node's health now (uptime, persistence, marker, quarantine), in node order. A node
-    /// that cannot be read says why in [`NodeHealth::error`].
-    pub async fn node_health(&self) -> Vec<NodeHealth> {
-        let deadline = Instant::now()
-            + self
-                .inner
-                .settings
-                .node_timeout
-                .max(Duration::from_millis(500));
-        let answers = fan_out(
-            &self.inner.nodes,
-            Operation::Inspect,
-            deadline,
-            |i| {
-                let inner = self.inner.clone();
-                async move {
-                    let node = &inner.nodes[i];
-                    let read = async || {
-                        node.probe().await?;
-                        node.deployment(inner.deployment_keys.all()).await.map(drop)
-                    };
-                    match read().await {
-                        // The connection was found dead (the master may have restarted): the
-                        // reading is about the master as it is now, so read on a new one.
-                        Err(NodeFailureKind::Connection(_)) => read().await,
-                        other => other,
-                    }
-                }
-            },
-            |_, _| Decision::Pending,
-        )
-        .await;
-        self.inner
-            .nodes
-            .iter()
-            .zip(answers)
-            .map(|(node, answer)| {
-                let mut report = node.report();
-                if let Some(Err(kind)) = answer {
-                    report.error = Some(kind.to_string());
-                }
-                report
-            })
-            .collect()
-    }
-
-    /// Reads each node's remaining TTL for a lock. It never reveals the holder's token.
+    /// Takes the lock `name` on a quorum, retrying with jittered delays until `opts.wait` runs out.
+    ///
+    /// Each attempt asks every node at once and decides as soon as a quorum granted or could no
+    /// longer grant; a failed attempt releases what it got on every node before the next one,
+    /// and a failed acquire returns once its last attempt's releases are answered. While it
+    /// waits, the caller keeps a place in the lock's queue on the nodes: a free lock goes to the
+    /// caller that has waited longest, and a release hands it straight to that caller (its
+    /// token then reads `<waiter id>/<token>`). Dropping the returned future cancels: grants of
+    /// an attempt under way are released and the place is given up in the background (or they
+    /// expire when there is no runtime).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a bad name; [`Error::QuorumUnavailable`] when fewer than
-    /// a quorum of nodes answered, so whether the lock is held cannot be told.
-    pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
-        let keys = self.keys(name)?;
-        let deadline = Instant::now() + self.inner.settings.node_timeout;
-        let answers = fan_out(
-            &self.inner.nodes,
-            Operation::Inspect,
-            deadline,
-            |i| {
-                let (inner, keys) = (self.inner.clone(), keys.clone());
-                async move { inner.nodes[i].pttl(&keys.lock).await }
-            },
-            |_, _| Decision::Pending,
-        )
-        .await;
-        let nodes: Vec<NodeLockState> = self
-            .inner
-            .nodes
-            .iter()
-            .zip(answers)
-            .map(|(node, answer)| NodeLockState {
-                node: node.addr().to_owned(),
-                ttl: answer.unwrap_or(Err(NodeFailureKind::Timeout)),
-            })
-            .collect();
-        let answered = nodes.iter().filter(|n| n.ttl.is_ok()).count();
-        if answered < self.quorum() {
-            return Err(self.unavailable(Operation::Inspect, name, failures_of(&nodes)));
-        }
-        let holding = nodes
-            .iter()
-            .filter(|n| matches!(n.ttl, Ok(Some(_))))
-            .count();
-        Ok(LockInfo {
-            name: name.to_owned(),
-            held: holding >= self.quorum(),
-            nodes,
-        })
+    /// [`Error::InvalidArgument`] (no node is contacted); otherwise the last attempt's error:
+    /// [`Error::Contended`], [`Error::QuorumUnavailable`], or [`Error::Timeout`] when a quorum
+    /// granted too slowly to leave the minimum validity. [`Error::QuorumUnavailable`] comes
+    /// before the wait is over when the nodes kept out (quarantined for longer than the wait,
+    /// refusing, or failing to connect twice in a row) leave no quorum; when quarantines that
+    /// end within the wait would, the acquire waits for them instead of retrying.
+    pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lock> {
+        lock::acquire(&self.cluster, name, opts, opts.wait).await
     }
 
-    pub(crate) fn unavailable(
+    /// Makes a single attempt to take the lock `name` (the options' wait is ignored).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`].
+    pub async fn try_acquire(&self, name: &str, opts: &LockOptions) -> Result<Lock> {
+        lock::acquire(&self.cluster, name, opts, Duration::ZERO).await
+    }
+
+    /// Extends a lock by name and token, as a stateless caller (the HTTP service) would.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when the token does not hold the lock on a quorum (wrong token, or the
+    /// lock expired); otherwise as [`Lock::extend`].
+    pub async fn extend_token(&self, name: &str, token: &str, ttl: Duration) -> Result<Lock> {
+        lock::extend_token(&self.cluster, name, token, ttl).await
+    }
+
+    /// Releases a lock by name and token, as a stateless caller (the HTTP service) would.
+    ///
+    /// Compare-and-delete on every node: only keys holding this token are deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when no node had this token and another token holds the lock (nothing
+    /// is changed); [`Error::QuorumUnavailable`] when fewer than a quorum of nodes answered (keys
+    /// left behind expire at their TTL); [`Error::InvalidArgument`] for a bad name or token.
+    /// A lock that is already gone everywhere counts as released.
+    pub async fn release_token(&self, name: &str, token: &str) -> Result<()> {
+        lock::release_token(&self.cluster, name, token).await
+    }
+
+    /// Acquires a lock and hands it to a renewing [`LockGuard`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`] and [`Lock::into_guard`].
+    pub async fn acquire_guard(
         &self,
-        operation: Operation,
         name: &str,
-        failures: Vec<NodeFailure>,
-    ) -> Error {
-        crate::metrics::quorum_failure(operation);
-        Error::QuorumUnavailable {
-            operation,
-            name: name.to_owned(),
-            needed: self.quorum(),
-            total: self.inner.nodes.len(),
-            failures,
+        opts: &LockOptions,
+        renew: RenewOptions,
+    ) -> Result<LockGuard> {
+        self.acquire(name, opts).await?.into_guard(renew)
+    }
+
+    /// Runs `work` while holding the lock `name`, renewed in the background, and releases it
+    /// afterwards. If the lock is lost first, `work` is stopped (its future dropped) and the
+    /// result is [`Error::LockLost`].
+    ///
+    /// ```no_run
+    /// # async fn f(client: redquorum::Client) -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let opts = redquorum::LockOptions::new(Duration::from_secs(10));
+    /// let rows = client
+    ///     .with_lock("compaction", &opts, |lock| async move {
+    ///         // ... work; lock.remaining() and lock.token() are at hand ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire`]; [`Error::LockLost`] when the lock was lost while `work` ran.
+    pub async fn with_lock<T, F, Fut>(&self, name: &str, opts: &LockOptions, work: F) -> Result<T>
+    where
+        F: FnOnce(LockWatch) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self
+            .acquire_guard(name, opts, RenewOptions::default())
+            .await?;
+        let watch = guard.watch();
+        let outcome = tokio::select! {
+            // A loss that is noticed together with the work's end still counts as a loss: the
+            // work may have run its last part without the lock.
+            biased;
+            () = watch.lost() => None,
+            value = work(guard.watch()) => Some(value),
+        };
+        match outcome {
+            Some(value) => {
+                if let Err(e) = guard.release().await {
+                    warn!(
+                        lock = name,
+                        "the work finished but the release failed (the lock expires at its TTL): {e}"
+                    );
+                }
+                Ok(value)
+            }
+            None => Err(Error::LockLost {
+                name: name.to_owned(),
+            }),
         }
     }
-}
 
-fn failures_of(nodes: &[NodeLockState]) -> Vec<NodeFailure> {
-    nodes
-        .iter()
-        .filter_map(|n| match &n.ttl {
-            Err(kind) => Some(NodeFailure {
-                node: n.node.clone(),
-                kind: kind.clone(),
-            }),
-            Ok(_) => None,
-        })
-        .collect()
+    /// Checks every master for what makes quorum locks unsafe or unavailable: reachability,
+    /// role (a replica), the same server listed twice, persistence, eviction policy, ACL
+    /// permissions, round-trip time, clock offset, and quarantine. Masters are checked in
+    /// parallel, each over a plain connection of its own and within
+    /// `max(node_timeout, defaults::DOCTOR_DEADLINE)`.
+    ///
+    /// It never fails: what cannot be read is reported as a problem.
+    pub async fn doctor(&self) -> DoctorReport {
+        doctor::run(&self.cluster).await
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn building_checks_the_node_list() {

@@ -1,12 +1,16 @@
-//! Settings, their defaults and their limits, in one place: the client builder and per-lock options.
+//! Settings, their defaults and their limits, in one place: client-wide settings and per-lock
+//! options, and the checks of every value that comes from outside.
 //!
 //! Every default the library uses is a constant in [`defaults`], and every bound it enforces is a
 //! constant in [`limits`]; nothing else in the crate invents a number of its own.
 
 use std::time::Duration;
 
-use crate::client::Client;
 use crate::error::{Error, Result};
+
+pub(crate) mod options;
+
+pub(crate) use options::LockOptions;
 
 /// The values used when a setting is not given.
 pub mod defaults {
@@ -98,147 +102,26 @@ pub(crate) struct ClientSettings {
     pub(crate) drift_min: Duration,
 }
 
-impl ClientSettings {
-    /// The clock-drift allowance for a TTL.
-    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
-        crate::quorum::drift(ttl, self.drift_factor, self.drift_min)
-    }
-
-    /// Checks a TTL against [`limits::MIN_TTL`] and this client's max TTL.
-    pub(crate) fn validate_ttl(&self, ttl: Duration) -> Result<()> {
-        check_range("ttl", ttl, limits::MIN_TTL, self.max_ttl)
-    }
-}
-
-/// Builds a [`Client`] from a list of node URLs.
-///
-/// ```
-/// use std::time::Duration;
-///
-/// let client = redquorum::Client::builder()
-///     .nodes(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
-///     .node_timeout(Duration::from_millis(30))
-///     .build()?;
-/// assert_eq!(client.quorum(), 2);
-/// # Ok::<(), redquorum::Error>(())
-/// ```
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct ClientBuilder {
-    pub(crate) nodes: Vec<String>,
-    pub(crate) settings: ClientSettings,
-}
-
-impl Default for ClientBuilder {
+impl Default for ClientSettings {
     fn default() -> Self {
-        ClientBuilder {
-            nodes: Vec::new(),
-            settings: ClientSettings {
-                key_prefix: defaults::KEY_PREFIX.to_owned(),
-                max_ttl: defaults::MAX_TTL,
-                quarantine: None,
-                require_durable: false,
-                fence_clock: true,
-                node_timeout: defaults::NODE_TIMEOUT,
-                connect_timeout: defaults::CONNECT_TIMEOUT,
-                drift_factor: defaults::DRIFT_FACTOR,
-                drift_min: defaults::DRIFT_MIN,
-            },
+        ClientSettings {
+            key_prefix: defaults::KEY_PREFIX.to_owned(),
+            max_ttl: defaults::MAX_TTL,
+            quarantine: None,
+            require_durable: false,
+            fence_clock: true,
+            node_timeout: defaults::NODE_TIMEOUT,
+            connect_timeout: defaults::CONNECT_TIMEOUT,
+            drift_factor: defaults::DRIFT_FACTOR,
+            drift_min: defaults::DRIFT_MIN,
         }
     }
 }
 
-impl ClientBuilder {
-    /// Adds one node: `redis://[user:password@]host[:port][/db]` or `rediss://...` for TLS.
-    pub fn node(mut self, url: impl Into<String>) -> Self {
-        self.nodes.push(url.into());
-        self
-    }
-
-    /// Adds several nodes.
-    pub fn nodes<I, S>(mut self, urls: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.nodes.extend(urls.into_iter().map(Into::into));
-        self
-    }
-
-    /// Prefix of every key written on the nodes. Default: [`defaults::KEY_PREFIX`].
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.settings.key_prefix = prefix.into();
-        self
-    }
-
-    /// Longest TTL this client accepts. Default: [`defaults::MAX_TTL`]; at most
-    /// [`limits::MAX_TTL`]. It is also the quarantine of a node that lost its data when some
-    /// other node cannot be asked for the longest TTL it recorded.
-    pub fn max_ttl(mut self, max: Duration) -> Self {
-        self.settings.max_ttl = max;
-        self
-    }
-
-    /// How long a node that lost its data (a restart without persistence, a flush) grants
-    /// nothing, from when a client notices. Default: the longest TTL asked for in the
-    /// deployment, which every node records, so that every lock the node forgot has expired
-    /// on the other nodes before it grants again; nodes of a new deployment, and nodes that
-    /// kept their data (AOF with `appendfsync always`), are never quarantined.
-    /// `Duration::ZERO` turns quarantine off (the known Redlock weakness: a node that restarts
-    /// empty can vote for a second holder).
-    pub fn quarantine(mut self, period: Duration) -> Self {
-        self.settings.quarantine = Some(period);
-        self
-    }
-
-    /// When `true`, only nodes that run AOF with `appendfsync always` vote; others are reported
-    /// as not durable. Default: `false` (they vote, and a warning is logged).
-    pub fn require_durable(mut self, required: bool) -> Self {
-        self.settings.require_durable = required;
-        self
-    }
-
-    /// Whether fencing-token proposals start from the clock (microseconds since the epoch).
-    /// Default: `true`, so that a client's first proposal is usually above every counter and
-    /// an acquire costs one round trip. With `false` no clock is read: a client proposes one
-    /// above the highest token it has seen and, when the nodes report higher counters,
-    /// proposes above those at once (a round trip more). Safety is the same either way: it
-    /// rests on the nodes' check alone.
-    pub fn fence_clock(mut self, enabled: bool) -> Self {
-        self.settings.fence_clock = enabled;
-        self
-    }
-
-    /// Per-node deadline for one call. Default: [`defaults::NODE_TIMEOUT`].
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.node_timeout = timeout;
-        self
-    }
-
-    /// Background connect deadline, and how long (at least 1 s) a connection may go without
-    /// the node acknowledging what was sent before it is remade. Default:
-    /// [`defaults::CONNECT_TIMEOUT`].
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.connect_timeout = timeout;
-        self
-    }
-
-    /// Clock-drift factor. Default: [`defaults::DRIFT_FACTOR`].
-    pub fn drift_factor(mut self, factor: f64) -> Self {
-        self.settings.drift_factor = factor;
-        self
-    }
-
-    /// Builds the client. Nothing is connected yet: each node connects on first use, so a node
-    /// that is down at start-up blocks nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] when there are no nodes or too many, when a URL is malformed
-    /// or not `redis://`/`rediss://`, when two URLs name the same `host:port`, or when a
-    /// setting is out of its bounds.
-    pub fn build(self) -> Result<Client> {
-        let s = &self.settings;
+impl ClientSettings {
+    /// Checks every setting against [`limits`].
+    pub(crate) fn validate(&self) -> Result<()> {
+        let s = self;
         if s.key_prefix.len() > limits::MAX_PREFIX_BYTES {
             return Err(Error::invalid(
                 "key_prefix",
@@ -278,148 +161,17 @@ impl ClientBuilder {
                 ),
             ));
         }
-        Client::from_builder(self)
-    }
-}
-
-/// Options for one acquire: TTL, how long to wait, how to pace retries.
-///
-/// ```
-/// use std::time::Duration;
-/// use redquorum::LockOptions;
-///
-/// let opts = LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(5));
-/// assert_eq!(opts.get_ttl(), Duration::from_secs(30));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use]
-pub struct LockOptions {
-    ttl: Duration,
-    wait: Duration,
-    retry_delay: Duration,
-    retry_jitter: Duration,
-    min_validity: Duration,
-}
-
-impl Default for LockOptions {
-    fn default() -> Self {
-        LockOptions {
-            ttl: defaults::TTL,
-            wait: defaults::WAIT,
-            retry_delay: defaults::RETRY_DELAY,
-            retry_jitter: defaults::RETRY_JITTER,
-            min_validity: defaults::MIN_VALIDITY,
-        }
-    }
-}
-
-impl LockOptions {
-    /// Default options with the given TTL.
-    pub fn new(ttl: Duration) -> Self {
-        LockOptions::default().ttl(ttl)
-    }
-
-    /// How long the lock lives on each node unless extended. Default: [`defaults::TTL`];
-    /// bounds: [`limits::MIN_TTL`]..=[`limits::MAX_TTL`].
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// How long [`Client::acquire`] keeps retrying. Zero makes one attempt.
-    /// Default: [`defaults::WAIT`]; at most [`limits::MAX_WAIT`].
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
-
-    /// Fixed part of the pause between attempts. Default: [`defaults::RETRY_DELAY`].
-    pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
-        self
-    }
-
-    /// Random part of the pause between attempts. Default: [`defaults::RETRY_JITTER`].
-    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
-        self.retry_jitter = jitter;
-        self
-    }
-
-    /// Least validity an attempt must leave to succeed. Default: [`defaults::MIN_VALIDITY`].
-    pub fn min_validity(mut self, min: Duration) -> Self {
-        self.min_validity = min;
-        self
-    }
-
-    /// The TTL.
-    pub fn get_ttl(&self) -> Duration {
-        self.ttl
-    }
-
-    /// The wait.
-    pub fn get_wait(&self) -> Duration {
-        self.wait
-    }
-
-    /// The fixed retry delay.
-    pub fn get_retry_delay(&self) -> Duration {
-        self.retry_delay
-    }
-
-    /// The random retry jitter.
-    pub fn get_retry_jitter(&self) -> Duration {
-        self.retry_jitter
-    }
-
-    /// The minimum validity.
-    pub fn get_min_validity(&self) -> Duration {
-        self.min_validity
-    }
-
-    /// Checks every option against [`limits`] and against the client's drift allowance.
-    pub(crate) fn validate(&self, settings: &ClientSettings) -> Result<()> {
-        settings.validate_ttl(self.ttl)?;
-        if self.wait > limits::MAX_WAIT {
-            return Err(Error::invalid(
-                "wait",
-                format!(
-                    "{} is above the maximum of {}",
-                    fmt(self.wait),
-                    fmt(limits::MAX_WAIT)
-                ),
-            ));
-        }
-        check_range(
-            "retry_delay",
-            self.retry_delay,
-            Duration::ZERO,
-            limits::MAX_RETRY_DELAY,
-        )?;
-        check_range(
-            "retry_jitter",
-            self.retry_jitter,
-            Duration::ZERO,
-            limits::MAX_RETRY_DELAY,
-        )?;
-        if self.retry_delay + self.retry_jitter < Duration::from_millis(1) && !self.wait.is_zero() {
-            return Err(Error::invalid(
-                "retry_delay",
-                "retry delay plus jitter must be at least 1ms, or retries would hammer the nodes",
-            ));
-        }
-        let usable = self.ttl.saturating_sub(settings.drift(self.ttl));
-        if self.min_validity >= usable {
-            return Err(Error::invalid(
-                "min_validity",
-                format!(
-                    "{} leaves nothing of a {} TTL after the {} drift allowance; use a longer TTL or a smaller minimum validity",
-                    fmt(self.min_validity),
-                    fmt(self.ttl),
-                    fmt(settings.drift(self.ttl))
-                ),
-            ));
-        }
         Ok(())
+    }
+
+    /// The clock-drift allowance for a TTL.
+    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
+        crate::quorum::drift(ttl, self.drift_factor, self.drift_min)
+    }
+
+    /// Checks a TTL against [`limits::MIN_TTL`] and this client's max TTL.
+    pub(crate) fn validate_ttl(&self, ttl: Duration) -> Result<()> {
+        check_range("ttl", ttl, limits::MIN_TTL, self.max_ttl)
     }
 }
 
@@ -459,7 +211,12 @@ pub(crate) fn validate_token(token: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_range(field: &'static str, value: Duration, min: Duration, max: Duration) -> Result<()> {
+pub(crate) fn check_range(
+    field: &'static str,
+    value: Duration,
+    min: Duration,
+    max: Duration,
+) -> Result<()> {
     if value < min || value > max {
         return Err(Error::invalid(
             field,
@@ -469,7 +226,7 @@ fn check_range(field: &'static str, value: Duration, min: Duration, max: Duratio
     Ok(())
 }
 
-fn fmt(d: Duration) -> humantime::FormattedDuration {
+pub(crate) fn fmt(d: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(d)
 }
 
@@ -478,7 +235,7 @@ mod tests {
     use super::*;
 
     fn settings() -> ClientSettings {
-        ClientBuilder::default().settings
+        ClientSettings::default()
     }
 
     #[test]

@@ -9,18 +9,18 @@
 //!
 //! The task holds only a weak reference to the client, so a guard never keeps a client alive.
 
-use std::future::Future;
-use std::sync::{Arc, Weak};
+mod renewal;
+
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
-use tracing::{Instrument, debug, info_span, warn};
+use tracing::{Instrument, info_span};
 
-use crate::client::{Client, Inner, Keys};
-use crate::config::{LockOptions, limits};
+use crate::config::limits;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
-use crate::metrics::HeldGauge;
+use renewal::Renewal;
 
 /// Where the holder of a guarded lock stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -195,7 +195,7 @@ impl LockWatch {
 }
 
 #[derive(Debug)]
-enum Command {
+pub(crate) enum Command {
     Release(oneshot::Sender<Result<()>>),
 }
 
@@ -226,7 +226,7 @@ impl Lock {
             )
         })?;
         let Lock {
-            client,
+            cluster,
             name,
             keys,
             token,
@@ -244,7 +244,7 @@ impl Lock {
         let (commands_tx, commands_rx) = oneshot::channel();
         let name: Arc<str> = name.into();
         let task = Renewal {
-            client: Arc::downgrade(&client.inner),
+            cluster: Arc::downgrade(&cluster),
             name: name.clone(),
             keys,
             token: token.clone(),
@@ -327,251 +327,5 @@ impl LockGuard {
             return Err(lost());
         }
         reply_rx.await.unwrap_or_else(|_| Err(lost()))
-    }
-}
-
-impl Client {
-    /// Acquires a lock and hands it to a renewing [`LockGuard`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::acquire`] and [`Lock::into_guard`].
-    pub async fn acquire_guard(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-        renew: RenewOptions,
-    ) -> Result<LockGuard> {
-        self.acquire(name, opts).await?.into_guard(renew)
-    }
-
-    /// Runs `work` while holding the lock `name`, renewed in the background, and releases it
-    /// afterwards. If the lock is lost first, `work` is stopped (its future dropped) and the
-    /// result is [`Error::LockLost`].
-    ///
-    /// ```no_run
-    /// # async fn f(client: redquorum::Client) -> Result<(), redquorum::Error> {
-    /// use std::time::Duration;
-    /// let opts = redquorum::LockOptions::new(Duration::from_secs(10));
-    /// let rows = client
-    ///     .with_lock("compaction", &opts, |lock| async move {
-    ///         // ... work; lock.remaining() and lock.token() are at hand ...
-    ///         42
-    ///     })
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::acquire`]; [`Error::LockLost`] when the lock was lost while `work` ran.
-    pub async fn with_lock<T, F, Fut>(&self, name: &str, opts: &LockOptions, work: F) -> Result<T>
-    where
-        F: FnOnce(LockWatch) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = self
-            .acquire_guard(name, opts, RenewOptions::default())
-            .await?;
-        let watch = guard.watch();
-        let outcome = tokio::select! {
-            // A loss that is noticed together with the work's end still counts as a loss: the
-            // work may have run its last part without the lock.
-            biased;
-            () = watch.lost() => None,
-            value = work(guard.watch()) => Some(value),
-        };
-        match outcome {
-            Some(value) => {
-                if let Err(e) = guard.release().await {
-                    warn!(
-                        lock = name,
-                        "the work finished but the release failed (the lock expires at its TTL): {e}"
-                    );
-                }
-                Ok(value)
-            }
-            None => Err(Error::LockLost {
-                name: name.to_owned(),
-            }),
-        }
-    }
-}
-
-/// The background renewal of one lock.
-struct Renewal {
-    client: Weak<Inner>,
-    name: Arc<str>,
-    keys: Arc<Keys>,
-    token: Arc<str>,
-    /// The lock's fencing token: a release hands the lock to a waiter above it.
-    fence: u64,
-    ttl: Duration,
-    opts: RenewOptions,
-    status: watch::Sender<GuardStatus>,
-    _held: HeldGauge,
-}
-
-impl Renewal {
-    async fn run(self, mut commands: oneshot::Receiver<Command>) {
-        let started = Instant::now();
-        let interval = self.opts.interval.unwrap_or(self.ttl / 3);
-        // After a failed renewal, try again sooner than the interval, but not in a tight loop.
-        let retry = (interval / 4).max(Duration::from_millis(10));
-        let mut next = started + interval;
-        loop {
-            let status = self.status.borrow().clone();
-            let wake = match (status.state, status.stopped) {
-                (LockState::Lost, _) => None,
-                (_, Some(_)) => Some(status.valid_until),
-                _ => Some(next.min(status.valid_until)),
-            };
-            tokio::select! {
-                command = &mut commands => {
-                    self.finish(command.ok()).await;
-                    return;
-                }
-                () = sleep_until(wake) => {}
-            }
-            let now = Instant::now();
-            if now >= status.valid_until {
-                if status.state != LockState::Lost {
-                    self.lose("its validity ran out without a quorum renewal");
-                }
-                continue;
-            }
-            if status.stopped.is_some() || now < next {
-                continue;
-            }
-            let Some((ttl, last)) = self.next_ttl(&status, started, now) else {
-                continue;
-            };
-            let Some(inner) = self.client.upgrade() else {
-                self.stop(RenewalStop::ClientDropped);
-                continue;
-            };
-            let client = Client { inner };
-            // A renewal to a shorter TTL can end the lock early from the moment it is sent,
-            // whatever comes back: whoever watches must not be told of more validity than that.
-            let new_ttl_ends = Instant::now() + ttl - client.inner.settings.drift(ttl);
-            if new_ttl_ends < status.valid_until {
-                self.status
-                    .send_modify(|s| s.valid_until = s.valid_until.min(new_ttl_ends));
-            }
-            let extended = client
-                .extend_key(
-                    &self.name,
-                    &self.keys,
-                    &self.token,
-                    ttl,
-                    Some(status.valid_until.min(new_ttl_ends)),
-                )
-                .await;
-            drop(client);
-            match extended.outcome {
-                Ok(_fence) => {
-                    crate::metrics::renewal("renewed");
-                    debug!(valid_for = ?extended.valid_until.saturating_duration_since(Instant::now()), "renewed");
-                    self.status.send_modify(|s| {
-                        s.state = LockState::Held;
-                        s.valid_until = extended.valid_until;
-                        s.renewals += 1;
-                    });
-                    next = now + interval;
-                    if last {
-                        self.stop(RenewalStop::MaxHold);
-                    }
-                }
-                Err(Error::NotHeld { .. }) => {
-                    self.status
-                        .send_modify(|s| s.valid_until = s.valid_until.min(extended.valid_until));
-                    self.lose("a quorum of nodes no longer has it");
-                }
-                Err(e) => {
-                    crate::metrics::renewal("failed");
-                    warn!("renewal failed, retrying while the lock is valid: {e}");
-                    self.status.send_modify(|s| {
-                        s.state = LockState::Suspect;
-                        s.valid_until = s.valid_until.min(extended.valid_until);
-                    });
-                    next = now + retry;
-                }
-            }
-        }
-    }
-
-    /// The TTL for the next renewal and whether it is the last one (it reaches the hold
-    /// limit), or `None` when a limit says to stop renewing now.
-    fn next_ttl(
-        &self,
-        status: &GuardStatus,
-        started: Instant,
-        now: Instant,
-    ) -> Option<(Duration, bool)> {
-        if self
-            .opts
-            .max_renewals
-            .is_some_and(|max| status.renewals >= max)
-        {
-            self.stop(RenewalStop::MaxRenewals);
-            return None;
-        }
-        let Some(max_hold) = self.opts.max_hold else {
-            return Some((self.ttl, false));
-        };
-        let left = (started + max_hold).saturating_duration_since(now);
-        if left < limits::MIN_TTL {
-            self.stop(RenewalStop::MaxHold);
-            return None;
-        }
-        Some((self.ttl.min(left), left <= self.ttl))
-    }
-
-    fn stop(&self, reason: RenewalStop) {
-        crate::metrics::renewal("limit");
-        warn!(
-            ?reason,
-            "renewal stopped; the lock runs out at the end of its validity"
-        );
-        self.status.send_modify(|s| s.stopped = Some(reason));
-    }
-
-    fn lose(&self, why: &str) {
-        crate::metrics::renewal("lost");
-        crate::metrics::lock_lost();
-        warn!("lock lost: {why}");
-        self.status.send_modify(|s| s.state = LockState::Lost);
-    }
-
-    /// Releases the lock: on request (with a reply) or because the guard was dropped.
-    async fn finish(self, command: Option<Command>) {
-        let result = match self.client.upgrade() {
-            Some(inner) => {
-                Client { inner }
-                    .release_key(&self.name, &self.keys, &self.token, self.fence)
-                    .await
-            }
-            None => Err(Error::invalid(
-                "client",
-                "every Client handle was dropped, so nothing could be sent; the lock expires at its TTL",
-            )),
-        };
-        match command {
-            Some(Command::Release(reply)) => {
-                let _ = reply.send(result);
-            }
-            None => {
-                if let Err(e) = result {
-                    debug!("release of a dropped guard failed (the lock expires at its TTL): {e}");
-                }
-            }
-        }
-    }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d.into()).await,
-        None => std::future::pending().await,
     }
 }

@@ -39,6 +39,8 @@ fn millis(ms: Option<u64>, default: Duration) -> Duration {
 /// What an acquire asks for, shared by plain acquires and sessions.
 pub(crate) struct AcquireParams {
     pub(crate) opts: LockOptions,
+    /// The TTL asked for (also in `opts`).
+    pub(crate) ttl: Duration,
     pub(crate) owner: Option<String>,
 }
 
@@ -65,6 +67,7 @@ pub(crate) fn acquire_params(body: Fields) -> Result<AcquireParams, ApiError> {
     }
     Ok(AcquireParams {
         opts: LockOptions::new(ttl).wait(wait),
+        ttl,
         owner,
     })
 }

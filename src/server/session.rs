@@ -41,7 +41,7 @@ pub(crate) async fn session(
         &name,
         Some(guard.token()),
         guard.fence(),
-        params.opts.get_ttl(),
+        params.ttl,
         guard.remaining(),
     );
     if let Value::Object(map) = &mut first {

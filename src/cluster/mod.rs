@@ -1,0 +1,229 @@
+//! The shared state of a client and the quorum operations every lock kind builds on: the nodes
+//! and settings, the keys of a name, fencing-token proposals, the waiters and their
+//! subscriptions, and giving grants back in the background.
+
+mod give_back;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+pub(crate) use give_back::GiveBack;
+
+use crate::config::{ClientSettings, limits, validate_name};
+use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
+use crate::fanout::fan_out;
+use crate::keys::{DeploymentKeys, Keys};
+use crate::node::{Node, NodeHealth, NodeSettings};
+use crate::quorum::{Decision, quorum};
+use crate::waiters::{Orphan, Waiters};
+
+/// The least time a reading of every node's health may take: it is a diagnosis, not a vote.
+const HEALTH_DEADLINE_MIN: Duration = Duration::from_millis(500);
+
+/// Fencing tokens stay below 2^53: Lua numbers on the nodes are doubles.
+pub(crate) const MAX_FENCE: u64 = (1 << 53) - 1;
+
+/// The nodes of one client and what its locks share.
+pub(crate) struct Cluster {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) settings: ClientSettings,
+    /// The highest fencing token this client has seen granted or reported, on any name: the
+    /// floor of its next proposal, so that one client's tokens keep rising even if the clock
+    /// steps back.
+    highest_fence: AtomicU64,
+    pub(crate) waiters: Waiters,
+    pub(crate) deployment_keys: Arc<DeploymentKeys>,
+    /// Set while a marking of the deployment runs in the background.
+    pub(crate) marking: AtomicBool,
+    /// Grants for waiters that are gone, until the task that gives them back takes them (on
+    /// the first wait, from a runtime).
+    orphans: Mutex<Option<mpsc::UnboundedReceiver<Orphan>>>,
+}
+
+impl Cluster {
+    /// Checks the node URLs and connects nothing yet: each node connects on first use.
+    pub(crate) fn new(urls: &[String], settings: ClientSettings) -> Result<Arc<Self>> {
+        if urls.is_empty() {
+            return Err(Error::invalid(
+                "node",
+                "no nodes given; give at least one redis:// URL (three or five for fault tolerance)",
+            ));
+        }
+        if urls.len() > limits::MAX_NODES {
+            return Err(Error::invalid(
+                "node",
+                format!(
+                    "{} nodes given; at most {} are supported",
+                    urls.len(),
+                    limits::MAX_NODES
+                ),
+            ));
+        }
+        crate::metrics::describe();
+        let mut seen = HashSet::new();
+        let mut nodes = Vec::with_capacity(urls.len());
+        let node_settings = NodeSettings {
+            connect_timeout: settings.connect_timeout,
+            verify_votes: settings.require_durable || settings.quarantine != Some(Duration::ZERO),
+            require_durable: settings.require_durable,
+        };
+        for url in urls {
+            let node = Node::new(url, node_settings)?;
+            if !seen.insert(node.addr().to_owned()) {
+                return Err(Error::invalid(
+                    "node",
+                    format!(
+                        "{} is given twice; each node must be a separate Redis server (another database on the same server is not independent)",
+                        node.addr()
+                    ),
+                ));
+            }
+            nodes.push(node);
+        }
+        let (waiters, orphans) = Waiters::new(&settings.key_prefix);
+        Ok(Arc::new(Cluster {
+            nodes,
+            waiters,
+            deployment_keys: Arc::new(DeploymentKeys::new(&settings.key_prefix)),
+            marking: AtomicBool::new(false),
+            settings,
+            highest_fence: AtomicU64::new(0),
+            orphans: Mutex::new(Some(orphans)),
+        }))
+    }
+
+    /// How many nodes must agree: a strict majority.
+    pub(crate) fn quorum(&self) -> usize {
+        quorum(self.nodes.len())
+    }
+
+    /// The nodes' addresses (`host:port`, never a password), in the order given.
+    pub(crate) fn addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.addr().to_owned()).collect()
+    }
+
+    /// The keys of a lock name on the nodes, once the name is checked.
+    pub(crate) fn keys(&self, name: &str) -> Result<Arc<Keys>> {
+        validate_name(name)?;
+        Ok(Arc::new(Keys::new(
+            &self.settings.key_prefix,
+            name,
+            self.deployment_keys.clone(),
+        )))
+    }
+
+    /// The error for an operation that fewer than a quorum of nodes answered.
+    pub(crate) fn unavailable(
+        &self,
+        operation: Operation,
+        name: &str,
+        failures: Vec<NodeFailure>,
+    ) -> Error {
+        crate::metrics::quorum_failure(operation);
+        Error::QuorumUnavailable {
+            operation,
+            name: name.to_owned(),
+            needed: self.quorum(),
+            total: self.nodes.len(),
+            failures,
+        }
+    }
+
+    /// A fencing token to propose for lock `name`: above `floor`, above every token this
+    /// client has seen, and (unless turned off) at least the current time in microseconds, so
+    /// that clients that have never met still tend to propose fresh values. Safety does not
+    /// rest on it: the nodes check.
+    pub(crate) fn propose(&self, name: &str, floor: u64) -> Result<u64> {
+        let clock = if self.settings.fence_clock {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        } else {
+            0
+        };
+        let seen = self.highest_fence.load(Ordering::Relaxed);
+        let proposal = clock
+            .max(seen.saturating_add(1))
+            .max(floor.saturating_add(1));
+        if proposal > MAX_FENCE {
+            return Err(Error::FencesExhausted {
+                name: name.to_owned(),
+            });
+        }
+        Ok(proposal)
+    }
+
+    /// Books a fencing token granted or reported by the nodes.
+    pub(crate) fn note_fence(&self, fence: u64) {
+        self.highest_fence.fetch_max(fence, Ordering::Relaxed);
+    }
+
+    /// Starts the waiters' subscriptions and the giving back of orphaned grants (once), and
+    /// waits up to `patience` for a subscription to be confirmed.
+    pub(crate) async fn subscribe(self: &Arc<Self>, patience: Duration) {
+        let orphans = self
+            .orphans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(orphans) = orphans {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(give_back::orphans(Arc::downgrade(self), orphans));
+                }
+                Err(_) => {
+                    *self.orphans.lock().unwrap_or_else(PoisonError::into_inner) = Some(orphans);
+                }
+            }
+        }
+        self.waiters
+            .subscribe(&self.nodes, self.settings.connect_timeout, patience)
+            .await;
+    }
+
+    /// Reads every node's health now (uptime, persistence, marker, quarantine), in node order. A node
+    /// that cannot be read says why in `NodeHealth::error`.
+    pub(crate) async fn node_health(self: &Arc<Self>) -> Vec<NodeHealth> {
+        let deadline = Instant::now() + self.settings.node_timeout.max(HEALTH_DEADLINE_MIN);
+        let answers = fan_out(
+            &self.nodes,
+            Operation::Inspect,
+            deadline,
+            |i| {
+                let cluster = self.clone();
+                async move {
+                    let node = &cluster.nodes[i];
+                    let read = async || {
+                        node.probe().await?;
+                        node.deployment(cluster.deployment_keys.all())
+                            .await
+                            .map(drop)
+                    };
+                    match read().await {
+                        // The connection was found dead (the master may have restarted): the
+                        // reading is about the master as it is now, so read on a new one.
+                        Err(NodeFailureKind::Connection(_)) => read().await,
+                        other => other,
+                    }
+                }
+            },
+            |_, _| Decision::Pending,
+        )
+        .await;
+        self.nodes
+            .iter()
+            .zip(answers)
+            .map(|(node, answer)| {
+                let mut report = node.report();
+                if let Some(Err(kind)) = answer {
+                    report.error = Some(kind.to_string());
+                }
+                report
+            })
+            .collect()
+    }
+}

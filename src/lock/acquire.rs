@@ -1,0 +1,235 @@
+//! Acquire: attempts on every node at once, retries, and waiting in line until the lock is
+//! taken, handed over, or the wait runs out.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{Instrument, debug, debug_span};
+
+use super::Lock;
+use super::attempt::{FailedAttempt, attempt, new_token};
+use super::handover::handed_over;
+use super::queue::Queued;
+use crate::cluster::{Cluster, GiveBack};
+use crate::config::LockOptions;
+use crate::error::Result;
+use crate::quorum::{Outlook, outlook};
+
+/// How widely retries after a split vote are spread (uniformly from zero).
+const SPLIT_RETRY_SPREAD: Duration = Duration::from_millis(2);
+
+/// Takes the lock `name` on a quorum, retrying with jittered delays until `wait` runs out
+/// (zero: one attempt). The public face, with the whole story, is `Client::acquire`.
+///
+/// Each attempt asks every node at once and decides as soon as a quorum granted or could no
+/// longer grant; a failed attempt releases what it got on every node before the next one,
+/// and a failed acquire returns once its last attempt's releases are answered. While it
+/// waits, the caller keeps a place in the lock's queue on the nodes: a free lock goes to the
+/// caller that has waited longest, and a release hands it straight to that caller (its
+/// token then reads `<waiter id>/<token>`). Dropping the returned future cancels: grants of
+/// an attempt under way are released and the place is given up in the background (or they
+/// expire when there is no runtime).
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] (no node is contacted); otherwise the last attempt's error:
+/// [`Error::Contended`], [`Error::QuorumUnavailable`], or [`Error::Timeout`] when a quorum
+/// granted too slowly to leave the minimum validity. [`Error::QuorumUnavailable`] comes
+/// before the wait is over when the nodes kept out (quarantined for longer than the wait,
+/// refusing, or failing to connect twice in a row) leave no quorum; when quarantines that
+/// end within the wait would, the acquire waits for them instead of retrying.
+pub(crate) async fn acquire(
+    cluster: &Arc<Cluster>,
+    name: &str,
+    opts: &LockOptions,
+    wait: Duration,
+) -> Result<Lock> {
+    let started = Instant::now();
+    let result = async {
+        let keys = cluster.keys(name)?;
+        opts.validate(&cluster.settings)?;
+        let wait_until = started + wait;
+        let waiters = &cluster.waiters;
+        // A caller that waits queues on the nodes under one id for all its attempts, so it
+        // keeps its turn from one attempt to the next.
+        let mut queued = if wait.is_zero() {
+            None
+        } else {
+            // Subscribed before the first attempt, so that no release is missed.
+            cluster.subscribe(cluster.settings.node_timeout).await;
+            Some(Queued::new(cluster, keys.clone(), opts, started))
+        };
+        let mut attempts = 0u32;
+        // Per node: whether its last failure kept it out for no known time.
+        let mut down_before = vec![false; cluster.nodes.len()];
+        loop {
+            attempts += 1;
+            if let Some(q) = queued.as_mut() {
+                if let Some(lock) = handed_over(cluster, name, q, opts).await {
+                    return Ok(lock);
+                }
+            }
+            // Listening before the attempt: a release during it wakes us right after.
+            let woken = queued.as_ref().map(|q| waiters.listen(&q.place.waiter));
+            // A fresh token for every attempt: the previous attempt's cleanup may reach a
+            // node after this attempt's grant (its connection still being made, or a
+            // script resent after NOSCRIPT), and must then find nothing of its own to
+            // delete rather than this attempt's grant.
+            let token: Arc<str> = new_token()?.into();
+            if let Some(q) = queued.as_mut() {
+                q.book_attempt(&token);
+            }
+            let FailedAttempt {
+                error,
+                split,
+                took,
+                released,
+                handed_over,
+                out,
+            } = match attempt(
+                cluster,name, &keys, &token, queued.as_mut(), opts)
+                .instrument(debug_span!("attempt", attempt = attempts))
+                .await
+            {
+                Ok((valid_until, fence)) => {
+                    if let Some(q) = &queued {
+                        // Handed over on some nodes too, too late: not this lock.
+                        let grants = waiters.take_grants(&q.place.waiter);
+                        if !grants.is_empty() {
+                            let _ = cluster.release_grants(&keys, grants, GiveBack::Silently);
+                        }
+                    }
+                    return Ok(Lock::new(
+        cluster,
+                        name,
+                        keys,
+                        token,
+                        fence,
+                        opts.ttl,
+                        valid_until,
+                    ));
+                }
+                Err(e) => e,
+            };
+            let now = Instant::now();
+            // Masters kept out for longer than the caller waits (quarantined, replicas,
+            // refusing, or down: a connection failure counts once it has repeated) make
+            // a quorum impossible: say so now rather than at the end of the wait, or wait
+            // only until enough quarantines end.
+            let out: Vec<Option<Option<Instant>>> = out
+                .into_iter()
+                .enumerate()
+                .map(|(i, o)| match o {
+                    Some(None) if !down_before.get(i).copied().unwrap_or(false) => {
+                        down_before[i] = true;
+                        None
+                    }
+                    other => {
+                        if let Some(d) = down_before.get_mut(i) {
+                            *d = other == Some(None);
+                        }
+                        other
+                    }
+                })
+                .collect();
+            let reopens = match outlook(&out) {
+                Outlook::Open => None,
+                Outlook::At(t) if t <= wait_until => Some(t),
+                Outlook::At(_) | Outlook::Closed => {
+                    if let Some(released) = released {
+                        let _ = released.await;
+                    }
+                    return Err(error);
+                }
+            };
+            if now >= wait_until {
+                // Giving up: wait (at most the per-node deadline) for this attempt's grants
+                // to be released, so that a failed acquire leaves nothing behind on the
+                // nodes that answered. Earlier attempts' releases went ahead of this
+                // attempt on the same connections, so where it was answered they are done.
+                if let Some(released) = released {
+                    let _ = released.await;
+                }
+                return Err(error);
+            }
+            if handed_over {
+                // Perhaps on a quorum already: look before anything else.
+                continue;
+            }
+            let delay = if let Some(t) = reopens {
+                debug!(attempt = attempts, error = %error, "a quorum is kept out until quarantines end; waiting for them");
+                t.saturating_duration_since(now)
+            } else if split {
+                // Nobody won: contenders arrived together and split the votes, or the
+                // nodes did not yet agree on whose turn it is (each refused attempt queues
+                // its caller, so they do now). Spread the retries over a short window so
+                // that the earliest takes the lock before the next arrives, instead of all
+                // falling back to the retry delay.
+                // The window grows with the attempt's length: an attempt that waited out
+                // silent nodes held its grants that long, and contenders retrying within
+                // 2 ms of each other would only split again.
+                let window = SPLIT_RETRY_SPREAD.max(took * 2);
+                let spread = u64::try_from(window.as_micros()).unwrap_or(1).max(1);
+                let delay =
+                    Duration::from_micros(rand::random_range(0..spread)).min(wait_until - now);
+                debug!(attempt = attempts, delay = ?delay, "split vote; retrying soon");
+                delay
+            } else {
+                let delay = retry_delay(opts).min(wait_until - now);
+                debug!(attempt = attempts, error = %error, delay = ?delay, "attempt failed; retrying");
+                delay
+            };
+            match woken {
+                // The release wakes the first waiter at once (and may have handed it the
+                // lock, even while it sat out a split vote); the delay is the fallback for
+                // lost messages and masters whose subscription is down.
+                Some(woken) => tokio::select! {
+                    Ok(()) = woken => debug!("woken by a release"),
+                    () = tokio::time::sleep(delay) => {}
+                },
+                None => tokio::time::sleep(delay).await,
+            }
+        }
+    }
+    .instrument(debug_span!("acquire", lock = %name))
+    .await;
+    let outcome = match &result {
+        Ok(_) => "acquired",
+        Err(e) => e.code(),
+    };
+    crate::metrics::acquire_done(outcome, started.elapsed().as_secs_f64());
+    result
+}
+
+/// The pause before the next attempt: the fixed delay plus a uniform random part.
+fn retry_delay(opts: &LockOptions) -> Duration {
+    let jitter = u64::try_from(opts.retry_jitter.as_micros()).unwrap_or(u64::MAX);
+    let extra = if jitter == 0 {
+        0
+    } else {
+        rand::random_range(0..jitter)
+    };
+    opts.retry_delay + Duration::from_micros(extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delays_stay_within_delay_plus_jitter() {
+        let opts = LockOptions::default()
+            .retry_delay(Duration::from_millis(10))
+            .retry_jitter(Duration::from_millis(5));
+        let delays: Vec<Duration> = (0..200).map(|_| retry_delay(&opts)).collect();
+        assert!(
+            delays
+                .iter()
+                .all(|d| *d >= Duration::from_millis(10) && *d < Duration::from_millis(15))
+        );
+        // Jitter really varies the delay (200 equal draws from 5000 values is impossible in practice).
+        assert!(delays.iter().any(|d| *d != delays[0]));
+        let fixed = LockOptions::default().retry_jitter(Duration::ZERO);
+        assert_eq!(retry_delay(&fixed), fixed.retry_delay);
+    }
+}

@@ -1,0 +1,188 @@
+//! A waiting caller's place in the lock's queue on the nodes: where it may be, the terms a
+//! release may hand the lock over on, and leaving the line.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::debug;
+
+use crate::cluster::{Cluster, GiveBack, MAX_FENCE};
+use crate::config::LockOptions;
+use crate::error::NodeFailureKind;
+use crate::fanout::{Answer, send_and_detach};
+use crate::keys::Keys;
+use crate::node::{AcquireReply, Place};
+
+/// Attempts whose terms a waiter remembers. A node keeps only the latest refused attempt's
+/// terms, and only for the place's life; a grant on older terms is given back.
+const ATTEMPTS_KEPT: usize = 32;
+
+/// Bounds on how long a node keeps a waiter's place in the queue without hearing from it.
+const PLACE_LIFE_MIN: Duration = Duration::from_millis(100);
+const PLACE_LIFE_MAX: Duration = Duration::from_secs(2);
+
+/// A waiting caller's place in the lock's queue on the nodes, given up when the acquire ends
+/// (with the lock, with an error, or cancelled) wherever the place may still be.
+pub(super) struct Queued<'a> {
+    cluster: &'a Arc<Cluster>,
+    pub(super) keys: Arc<Keys>,
+    pub(super) place: Place,
+    /// Per node: whether the place may be there. Refusals queue the caller; a grant removes
+    /// its place, and giving the grant back puts it back; a node that did not answer may have
+    /// done either.
+    pub(super) may_be_queued_on: Vec<bool>,
+    /// The latest attempts' tokens, with when each started: the terms a release may hand the
+    /// lock over on.
+    pub(super) attempts: VecDeque<(Arc<str>, Instant)>,
+    /// Whether the waiter keeps its place in the queue. A waiter whose attempts reach fewer
+    /// nodes than a quorum could never take the lock, and its places on the nodes it reaches
+    /// would only hold up callers that can: it leaves the line until an attempt reaches a
+    /// quorum again, and then takes its place back with the same priority.
+    pub(super) in_line: bool,
+}
+
+impl<'a> Queued<'a> {
+    pub(super) fn new(
+        cluster: &'a Arc<Cluster>,
+        keys: Arc<Keys>,
+        opts: &LockOptions,
+        started: Instant,
+    ) -> Self {
+        // First come, first served: the time the caller started waiting, from the wall clock
+        // so that every client's waiters compare (a skewed clock only costs fairness).
+        let since_epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(started.elapsed());
+        let pause = opts.retry_delay + opts.retry_jitter;
+        Queued {
+            cluster,
+            keys,
+            place: Place {
+                waiter: cluster.waiters.new_waiter(),
+                priority: u64::try_from(since_epoch.as_micros())
+                    .unwrap_or(MAX_FENCE)
+                    .min(MAX_FENCE),
+                // Refreshed by every attempt, and attempts come at least this often, so a live
+                // waiter keeps its place and a dead one holds nobody up for long.
+                life: (pause * 2 + cluster.settings.node_timeout)
+                    .clamp(PLACE_LIFE_MIN, PLACE_LIFE_MAX),
+            },
+            may_be_queued_on: vec![false; cluster.nodes.len()],
+            attempts: VecDeque::with_capacity(ATTEMPTS_KEPT),
+            in_line: true,
+        }
+    }
+
+    /// The place an attempt sends: the waiter's own, or, out of line, one with no life, which
+    /// the nodes do not queue (a release may still hand over a lock to the waiter's id, and
+    /// the attempt must recognise it).
+    pub(super) fn place_for_attempt(&self) -> Place {
+        let mut place = self.place.clone();
+        if !self.in_line {
+            place.life = Duration::ZERO;
+        }
+        place
+    }
+
+    /// Leaves the line when an attempt's answers show that fewer than `quorum` nodes can be
+    /// reached (connection failures and timeouts), and comes back when a quorum can.
+    pub(super) fn keep_in_line_if_reaching(
+        &mut self,
+        answers: &[Option<Answer<AcquireReply>>],
+        quorum: usize,
+    ) {
+        let unreachable = answers
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    Some(Err(
+                        NodeFailureKind::Timeout | NodeFailureKind::Connection(_)
+                    ))
+                )
+            })
+            .count();
+        let reaching = answers.len() - unreachable >= quorum;
+        if reaching == self.in_line {
+            return;
+        }
+        self.in_line = reaching;
+        if !reaching {
+            debug!(
+                unreachable,
+                "too few nodes reachable for a quorum; leaving the line"
+            );
+            self.leave_line();
+        }
+    }
+
+    /// Gives the place up wherever it may be, in the background, passing the turn on where the
+    /// lock is free (this waiter may have been woken for a release it will not use).
+    fn leave_line(&mut self) {
+        if !self.may_be_queued_on.contains(&true) {
+            return;
+        }
+        let cluster = self.cluster;
+        let deadline = Instant::now() + cluster.settings.node_timeout;
+        let selected =
+            std::mem::replace(&mut self.may_be_queued_on, vec![false; cluster.nodes.len()]);
+        let _ = send_and_detach(cluster.nodes.len(), deadline, |i| {
+            let (cluster, keys, waiter) = (
+                cluster.clone(),
+                self.keys.clone(),
+                self.place.waiter.clone(),
+            );
+            let selected = selected[i];
+            async move {
+                if selected {
+                    let answer = cluster.nodes[i]
+                        .dequeue(keys.for_place(), &waiter, cluster.waiters.wake_prefix())
+                        .await;
+                    debug!(node = cluster.nodes[i].addr(), answer = ?answer, "dequeue");
+                }
+            }
+        });
+    }
+
+    /// Books an attempt about to start with `token`: a handover on its terms counts from its start.
+    pub(super) fn book_attempt(&mut self, token: &Arc<str>) {
+        if self.attempts.len() == ATTEMPTS_KEPT {
+            self.attempts.pop_front();
+        }
+        self.attempts.push_back((token.clone(), Instant::now()));
+    }
+
+    /// Books where an attempt's answers may have left the place.
+    pub(super) fn book_answers(&mut self, answers: &[Option<Answer<AcquireReply>>]) {
+        if !self.in_line {
+            // Out of line, refusals queue nothing.
+            return;
+        }
+        for (on, answer) in self.may_be_queued_on.iter_mut().zip(answers) {
+            match answer {
+                // A grant, or a release's handover, takes the place off the queue.
+                Some(Ok(AcquireReply::Granted(_) | AcquireReply::HandedOver(..))) => *on = false,
+                // A stale proposal is answered before the queue is touched.
+                Some(Ok(AcquireReply::Stale(_))) => {}
+                _ => *on = true,
+            }
+        }
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let cluster = self.cluster;
+        // Locks handed over to this waiter that it did not take are nobody's: give them back,
+        // passing the turn on.
+        let grants = cluster.waiters.leave(&self.place.waiter);
+        if !grants.is_empty() {
+            let _ = self
+                .cluster
+                .release_grants(&self.keys, grants, GiveBack::PassingOn);
+        }
+        self.leave_line();
+    }
+}
