@@ -109,6 +109,7 @@ impl NodeFailureKind {
 
 /// One node's failure: its address (never its password) and what happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeFailure {
     /// The node's address as `host:port`.
     pub node: String,

@@ -10,6 +10,7 @@ use crate::quorum::Decision;
 
 /// One node's view of a lock, from [`Client::inspect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeLockState {
     /// The node's address, `host:port`.
     pub node: String,
@@ -19,6 +20,7 @@ pub struct NodeLockState {
 
 /// What the nodes know of a lock, without saying who holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockInfo {
     /// The lock's name.
     pub name: String,

@@ -60,6 +60,7 @@ pub enum RenewalStop {
 
 /// A snapshot of a guarded lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GuardStatus {
     /// Where the holder stands.
     pub state: LockState,
