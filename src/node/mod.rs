@@ -69,34 +69,34 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     acquire: LuaScript::new(
         1,
         concat!(
-            include_str!("../lua/queue.lua"),
-            include_str!("../lua/acquire.lua")
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/acquire.lua")
         ),
     ),
-    extend: LuaScript::new(2, include_str!("../lua/extend.lua")),
+    extend: LuaScript::new(2, include_str!("../../lua/extend.lua")),
     release: LuaScript::new(
         4,
         concat!(
-            include_str!("../lua/queue.lua"),
-            include_str!("../lua/release.lua")
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/release.lua")
         ),
     ),
     dequeue: LuaScript::new(
         8,
         concat!(
-            include_str!("../lua/queue.lua"),
-            include_str!("../lua/dequeue.lua")
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/dequeue.lua")
         ),
     ),
     give_back: LuaScript::new(
         16,
         concat!(
-            include_str!("../lua/queue.lua"),
-            include_str!("../lua/give_back.lua")
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/give_back.lua")
         ),
     ),
-    deployment: LuaScript::new(32, include_str!("../lua/deployment.lua")),
-    mark: LuaScript::new(64, include_str!("../lua/mark.lua")),
+    deployment: LuaScript::new(32, include_str!("../../lua/deployment.lua")),
+    mark: LuaScript::new(64, include_str!("../../lua/mark.lua")),
 });
 
 /// A node's answer to an acquire.
