@@ -1,0 +1,265 @@
+//! The calls a lock makes on one node (acquire, extend, release, give back, dequeue, the
+//! deployment marker, PTTL), and what a waiter sends with them.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::replies::{non_negative, release_reply, unexpected};
+use super::scripts::SCRIPTS;
+use super::{AcquireReply, DeploymentState, Node, ReleaseReply};
+use crate::error::{NodeFailureKind, Operation};
+
+/// A waiting caller's place in a lock's queue on the nodes.
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    /// Random, and the same on every node and for every attempt of one acquire.
+    pub(crate) waiter: Arc<str>,
+    /// Lower goes first; the same on every node, so the nodes agree on the order.
+    pub(crate) priority: u64,
+    /// How long a node keeps the place unless an attempt refreshes it.
+    pub(crate) life: Duration,
+}
+
+/// The terms of a waiter's attempt, kept with its place: a release may hand the lock over on
+/// them (see `lua/release.lua`).
+#[derive(Debug, Clone)]
+pub(crate) struct Terms {
+    /// The attempt's token.
+    pub(crate) token: Arc<str>,
+    pub(crate) ttl: Duration,
+    /// The fencing token the attempt proposed last.
+    pub(crate) proposal: u64,
+}
+
+impl Node {
+    /// Asks the node to take the lock for `token` with fencing token `fence`, queueing `place`
+    /// (when the caller waits) if the lock is not to be had. Keys: the lock, its fencing
+    /// counter, its queue and the queue's lapse times.
+    pub(crate) async fn acquire(
+        &self,
+        keys: [&str; 7],
+        token: &str,
+        ttl: Duration,
+        fence: u64,
+        place: Option<&Place>,
+    ) -> std::result::Result<AcquireReply, NodeFailureKind> {
+        let (value, link) = self
+            .eval(Operation::Acquire, &SCRIPTS.acquire, &keys, |c| {
+                c.arg(token).arg(millis(ttl)).arg(fence);
+                match place {
+                    Some(p) => c.arg(&*p.waiter).arg(p.priority).arg(millis(p.life)),
+                    None => c.arg("").arg(0).arg(0),
+                };
+            })
+            .await?;
+        let reply = match value {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), Value::Int(fence)] => AcquireReply::Granted(non_negative(*fence)),
+                [Value::Int(0), Value::Int(pttl), Value::Int(holder)] => AcquireReply::Held(
+                    u64::try_from(*pttl).ok().map(Duration::from_millis),
+                    non_negative(*holder),
+                ),
+                [Value::Int(2), Value::Int(counter)] => AcquireReply::Stale(non_negative(*counter)),
+                [Value::Int(3)] => AcquireReply::Reserved,
+                [Value::Int(4), Value::BulkString(token), Value::Int(fence)] => {
+                    let token =
+                        std::str::from_utf8(token).map_err(|_| unexpected("acquire", &items))?;
+                    AcquireReply::HandedOver(token.into(), non_negative(*fence))
+                }
+                [Value::Int(5)] => {
+                    self.saw_deployment(false, None);
+                    return Err(NodeFailureKind::Unmarked);
+                }
+                [Value::Int(6), Value::Int(pttl)] => {
+                    let left = Duration::from_millis(u64::try_from(*pttl).unwrap_or(1).max(1));
+                    self.saw_deployment(true, Some(left));
+                    return Err(NodeFailureKind::Quarantined(left));
+                }
+                _ => return Err(unexpected("acquire", &items)),
+            },
+            other => return Err(unexpected("acquire", &other)),
+        };
+        if self.health().marked != Some(true) {
+            self.saw_deployment(true, None);
+        }
+        // A grant from a node whose votes do not count is left in place (the key makes the
+        // lock sturdier) but not counted; refusals count as what they are.
+        if matches!(reply, AcquireReply::Granted(_)) {
+            self.vote_counts(Some(link))?;
+        }
+        Ok(reply)
+    }
+
+    /// Asks the node to push back the lock's expiry if `token` holds it; the holder's fencing
+    /// token when it did, `None` when the lock is gone or held by another token.
+    pub(crate) async fn extend(
+        &self,
+        keys: [&str; 3],
+        token: &str,
+        ttl: Duration,
+    ) -> std::result::Result<Option<u64>, NodeFailureKind> {
+        let (value, link) = self
+            .eval(Operation::Extend, &SCRIPTS.extend, &keys, |c| {
+                c.arg(token).arg(millis(ttl));
+            })
+            .await?;
+        match value {
+            Value::Int(-1) => Ok(None),
+            Value::Int(fence) if fence >= 0 => {
+                self.vote_counts(Some(link))?;
+                Ok(Some(non_negative(fence)))
+            }
+            other => Err(unexpected("extend", &other)),
+        }
+    }
+
+    /// Asks the node to delete the lock if `token` holds it, and to hand it to (or wake) the
+    /// first waiter, whose client hears on `channel` and its id ('' for nobody). `fence` is the
+    /// released lock's fencing token (0 when unknown). Keys: the lock, its queue, the queue's
+    /// terms and the fencing counter. Counted from every node, quarantined or not: a release
+    /// only ever removes.
+    pub(crate) async fn release(
+        &self,
+        keys: [&str; 6],
+        token: &str,
+        channel: &str,
+        fence: u64,
+    ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
+        let (value, _) = self
+            .eval(Operation::Release, &SCRIPTS.release, &keys, |c| {
+                c.arg(token).arg(channel).arg(fence);
+            })
+            .await?;
+        release_reply(value)
+    }
+
+    /// Gives back the lock if `token` holds it, and puts the waiter of `place` back in line
+    /// with `terms`, or none (see `lua/give_back.lua`), waking on `channel` an earlier waiter if the
+    /// lock is now free. Keys: the lock, its queue and the queue's terms.
+    pub(crate) async fn give_back(
+        &self,
+        keys: [&str; 3],
+        token: &str,
+        place: &Place,
+        terms: Option<&Terms>,
+        channel: &str,
+    ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
+        let (value, _) = self
+            .eval(Operation::Release, &SCRIPTS.give_back, &keys, |c| {
+                c.arg(token)
+                    .arg(&*place.waiter)
+                    .arg(place.priority)
+                    .arg(millis(place.life));
+                match terms {
+                    Some(t) => c.arg(&*t.token).arg(millis(t.ttl)).arg(t.proposal),
+                    None => c.arg("").arg("").arg(""),
+                };
+                c.arg(channel);
+            })
+            .await?;
+        release_reply(value)
+    }
+
+    /// Gives up `waiter`'s place in the queue, waking the next waiter on `channel` if the lock
+    /// is free. Keys: the lock, its queue and the queue's terms. Whether the waiter had a place
+    /// here.
+    pub(crate) async fn dequeue(
+        &self,
+        keys: [&str; 3],
+        waiter: &str,
+        channel: &str,
+    ) -> std::result::Result<bool, NodeFailureKind> {
+        let (value, _) = self
+            .eval(Operation::Release, &SCRIPTS.dequeue, &keys, |c| {
+                c.arg(waiter).arg(channel);
+            })
+            .await?;
+        match value {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("dequeue", &other)),
+        }
+    }
+
+    /// What the node knows of its deployment: its marker, the longest TTL asked for on it, and
+    /// its quarantine.
+    pub(crate) async fn deployment(
+        &self,
+        keys: [&str; 3],
+    ) -> std::result::Result<DeploymentState, NodeFailureKind> {
+        let (value, _) = self
+            .eval(Operation::Inspect, &SCRIPTS.deployment, &keys, |_| {})
+            .await?;
+        let state = match &value {
+            Value::Array(items) => match items.as_slice() {
+                [
+                    Value::BulkString(marker),
+                    Value::Int(longest),
+                    Value::Int(pttl),
+                ] => DeploymentState {
+                    marker: (!marker.is_empty())
+                        .then(|| String::from_utf8_lossy(marker).into_owned()),
+                    longest_ttl: Duration::from_millis(non_negative(*longest)),
+                    quarantined_for: u64::try_from(*pttl)
+                        .ok()
+                        .filter(|ms| *ms > 0)
+                        .map(Duration::from_millis),
+                },
+                _ => return Err(unexpected("deployment", &value)),
+            },
+            _ => return Err(unexpected("deployment", &value)),
+        };
+        self.saw_deployment(state.marker.is_some(), state.quarantined_for);
+        Ok(state)
+    }
+
+    /// Marks the node as part of deployment `id`, quarantined for `quarantine` (zero: not at
+    /// all), recording `longest_ttl`; whether it was marked now (`false`: it already was).
+    pub(crate) async fn mark(
+        &self,
+        keys: [&str; 3],
+        id: &str,
+        quarantine: Duration,
+        longest_ttl: Duration,
+    ) -> std::result::Result<bool, NodeFailureKind> {
+        let (value, _) = self
+            .eval(Operation::Inspect, &SCRIPTS.mark, &keys, |c| {
+                c.arg(id).arg(millis(quarantine)).arg(millis(longest_ttl));
+            })
+            .await?;
+        match value {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("mark", &other)),
+        }
+    }
+
+    /// The key's remaining time to live: `None` when there is no such key.
+    pub(crate) async fn pttl(
+        &self,
+        key: &str,
+    ) -> std::result::Result<Option<Duration>, NodeFailureKind> {
+        let started = Instant::now();
+        let (link, mut conn) = self.connect(Operation::Inspect).await?;
+        let mut cmd = redis::cmd("PTTL");
+        cmd.arg(key);
+        match conn
+            .send_packed_command(&cmd)
+            .await
+            .and_then(Value::extract_error)
+        {
+            Ok(Value::Int(ms)) => {
+                self.metrics
+                    .success(Operation::Inspect, started.elapsed().as_secs_f64());
+                // -2: no key; -1: a key without expiry, which redquorum never writes.
+                Ok(u64::try_from(ms).ok().map(Duration::from_millis))
+            }
+            Ok(other) => Err(unexpected("PTTL", &other)),
+            Err(e) => Err(self.failed(Operation::Inspect, &e, link)),
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

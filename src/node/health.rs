@@ -1,0 +1,214 @@
+//! What the client knows of one node's health: the reading taken on a connection (uptime,
+//! identity, persistence), the deployment state its answers showed, and whether its votes count.
+
+use std::time::{Duration, Instant};
+
+use redis::Value;
+use tracing::warn;
+
+use super::{LinkId, Node, config_value};
+use crate::error::{NodeFailureKind, Operation};
+
+/// How old a node's health reading may get before the next call refreshes it.
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What the client knows of one node's health, from [`Client::node_health`](crate::Client::node_health).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeHealth {
+    /// The node's address, `host:port`.
+    pub node: String,
+    /// Why the last reading failed, if it did.
+    pub error: Option<String>,
+    /// How long the server process has been up, at the last reading.
+    pub uptime: Option<Duration>,
+    /// Whether AOF is on.
+    pub aof_enabled: Option<bool>,
+    /// The `appendfsync` policy, when `CONFIG GET` is allowed.
+    pub appendfsync: Option<String>,
+    /// Whether the node keeps every write across a restart (AOF with `appendfsync always`):
+    /// what fencing counters need. `false` when it cannot be confirmed.
+    pub durable: bool,
+    /// Whether the node carries the deployment's marker; `Some(false)`: it lost its data (or
+    /// the deployment is new) and grants nothing until a client marks it. `None`: not known.
+    pub marked: Option<bool>,
+    /// How much longer the node is quarantined (it lost its data while the deployment was in
+    /// use, so it grants nothing until every lock it may have granted has expired), by the
+    /// node's own clock, as last seen.
+    pub quarantined_for: Option<Duration>,
+}
+
+/// The last health reading of a node.
+#[derive(Debug, Default)]
+pub(super) struct Health {
+    /// The connection the reading was taken on: votes count only from that connection.
+    pub(super) verified_link: Option<LinkId>,
+    read_at: Option<Instant>,
+    started_at: Option<Instant>,
+    run_id: Option<String>,
+    aof_enabled: Option<bool>,
+    appendfsync: Option<String>,
+    pub(super) error: Option<String>,
+    /// Whether a warning about durability was logged for the current process of the node.
+    warned: bool,
+    /// Whether the node carried the marker, as last seen.
+    pub(super) marked: Option<bool>,
+    /// Until when the node said it is quarantined, as last seen.
+    quarantined_until: Option<Instant>,
+}
+
+impl Health {
+    fn durable(&self) -> bool {
+        self.aof_enabled == Some(true) && self.appendfsync.as_deref() == Some("always")
+    }
+}
+
+impl Node {
+    /// The lock on the health reading; a poisoned lock only means a panic elsewhere while
+    /// holding it, and the reading is still usable.
+    pub(super) fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn needs_probe(&self, link: LinkId) -> bool {
+        let health = self.health();
+        health.verified_link != Some(link)
+            || health.read_at.is_none_or(|t| t.elapsed() > PROBE_INTERVAL)
+    }
+
+    /// Whether a vote that came on connection `link` counts (`None`: on the current
+    /// connection, for grants heard on the subscription); the reason when it does not.
+    ///
+    /// Durability says what the master behind a connection may forget, and its identity which
+    /// process made a grant; a reading from another connection may be of another process, so
+    /// a vote counts only from the connection the reading was taken on. (Quarantine itself is
+    /// decided by the master, in the script that grants.)
+    pub(crate) fn vote_counts(
+        &self,
+        link: Option<LinkId>,
+    ) -> std::result::Result<(), NodeFailureKind> {
+        let health = self.health();
+        let link = link.or_else(|| {
+            let slot = self
+                .link
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            slot.as_ref().map(|l| l.id)
+        });
+        if self.settings.verify_votes && (link.is_none() || health.verified_link != link) {
+            return Err(NodeFailureKind::Unverified);
+        }
+        if self.settings.require_durable && !health.durable() {
+            return Err(NodeFailureKind::NotDurable);
+        }
+        Ok(())
+    }
+
+    /// Stores a health reading from the replies to [`probe_pipeline`].
+    pub(super) fn record_probe(&self, link: LinkId, replies: &[Value]) {
+        let info = match replies.first() {
+            Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+            Some(Value::VerbatimString { text, .. }) => text.clone(),
+            Some(Value::SimpleString(text)) => text.clone(),
+            _ => String::new(),
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        };
+        let now = Instant::now();
+        let uptime = field("uptime_in_seconds")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let run_id = field("run_id");
+        let aof_enabled = field("aof_enabled").map(|v| v == "1");
+        let appendfsync = replies.get(1).and_then(config_value);
+        let mut health = self.health();
+        if uptime.is_none() {
+            health.error = Some("INFO did not report uptime_in_seconds".to_owned());
+            return;
+        }
+        if health.run_id.is_some() && health.run_id != run_id {
+            health.warned = false;
+        }
+        health.verified_link = Some(link);
+        health.read_at = Some(now);
+        health.started_at = uptime.and_then(|u| now.checked_sub(u));
+        health.run_id = run_id;
+        health.aof_enabled = aof_enabled;
+        health.appendfsync = appendfsync;
+        health.error = None;
+        let durable = health.durable();
+        self.metrics.reachable();
+        self.metrics.durable(durable);
+        if !durable && !health.warned {
+            health.warned = true;
+            warn!(
+                node = self.addr,
+                aof_enabled = ?health.aof_enabled,
+                appendfsync = ?health.appendfsync,
+                "node cannot keep fencing counters and locks across a restart; run it with appendonly yes and appendfsync always"
+            );
+        }
+    }
+
+    /// Books what an answer said of the node's deployment state.
+    pub(super) fn saw_deployment(&self, marked: bool, quarantined_for: Option<Duration>) {
+        let mut health = self.health();
+        health.marked = Some(marked);
+        health.quarantined_until = quarantined_for.map(|left| Instant::now() + left);
+        self.metrics
+            .quarantined(quarantined_for.is_some() || !marked);
+    }
+
+    /// Reads the node's health now.
+    pub(crate) async fn probe(&self) -> std::result::Result<(), NodeFailureKind> {
+        let (link, mut conn) = self.connect(Operation::Inspect).await?;
+        match conn.send_packed_commands(&probe_pipeline(), 0, 2).await {
+            Ok(values) => {
+                self.record_probe(link, &values);
+                Ok(())
+            }
+            Err(e) => Err(self.failed(Operation::Inspect, &e, link)),
+        }
+    }
+
+    /// The current health report.
+    pub(crate) fn report(&self) -> NodeHealth {
+        let health = self.health();
+        NodeHealth {
+            node: self.addr.clone(),
+            error: health.error.clone(),
+            uptime: health.started_at.map(|s| s.elapsed()),
+            aof_enabled: health.aof_enabled,
+            appendfsync: health.appendfsync.clone(),
+            durable: health.durable(),
+            marked: health.marked,
+            quarantined_for: health
+                .quarantined_until
+                .map(|until| until.saturating_duration_since(Instant::now()))
+                .filter(|left| !left.is_zero()),
+        }
+    }
+}
+
+/// `INFO server persistence` and `CONFIG GET appendfsync`, in that order.
+pub(super) fn probe_pipeline() -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.add_command(
+        redis::cmd("INFO")
+            .arg("server")
+            .arg("persistence")
+            .to_owned(),
+    );
+    pipe.add_command(
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("appendfsync")
+            .to_owned(),
+    );
+    pipe
+}

@@ -1,0 +1,193 @@
+//! One Redis master: its address, a lazily built multiplexed connection, the Lua scripts, and
+//! what the client knows of its health (uptime, persistence, deployment marker, quarantine).
+//!
+//! A node never waits on its own: the caller (the fan-out) puts a deadline on every call.
+//! The connection is a redis-rs multiplexed connection made on first use and made again, on
+//! the next call, after it fails; the connect runs in the background with a bounded time, so
+//! a node that is down at start-up blocks nothing and a reconnecting node costs a call no
+//! more than its deadline. The connection is managed here rather than by redis-rs's
+//! `ConnectionManager`, which reconnects silently (with RESP3, without any call failing): a
+//! reconnect must be seen, since the master behind the new connection may have restarted.
+//!
+//! Health is read with `INFO` (and `CONFIG GET appendfsync` where allowed) pipelined in front
+//! of a script call: on every new connection, after a `NOSCRIPT` answer, and when the last
+//! reading is older than [`PROBE_INTERVAL`](health::PROBE_INTERVAL). Connections are numbered,
+//! and a reading belongs to the connection it was read on: a vote counts only when it came on
+//! the connection whose master's identity and uptime were read on that same connection. A
+//! master can only restart between two connections, never inside one, so a restarted master is
+//! never counted before its new uptime is known, at no extra round trip.
+
+mod calls;
+mod health;
+mod link;
+mod replies;
+mod scripts;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
+use std::time::Duration;
+
+use crate::error::{Error, NodeFailureKind, Operation, Result};
+use crate::metrics::NodeMetrics;
+
+pub(crate) use calls::{Place, Terms};
+use health::Health;
+pub use health::NodeHealth;
+pub(crate) use link::LinkId;
+use link::{Link, tcp_settings};
+pub(crate) use replies::{AcquireReply, DeploymentState, ReleaseReply, config_value};
+
+/// Settings a node needs from the client.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeSettings {
+    pub(crate) connect_timeout: Duration,
+    /// Whether votes count only from a connection whose node was read on it (unless neither
+    /// quarantine nor durability is asked for, nothing depends on the reading).
+    pub(crate) verify_votes: bool,
+    /// Votes of a node that is not durable are not counted.
+    pub(crate) require_durable: bool,
+}
+
+/// One master.
+#[derive(Debug)]
+pub(crate) struct Node {
+    /// `host:port`, safe to log and to use as a metric label: it never carries credentials.
+    addr: String,
+    client: redis::Client,
+    /// The current connection (or its connect); cleared after it fails, so that the next call
+    /// makes a new one with a new number.
+    link: Mutex<Option<Link>>,
+    last_link: AtomicU64,
+    settings: NodeSettings,
+    /// Scripts this node is known to have cached since the connection was made; a script whose
+    /// bit is clear is sent whole with `EVAL`, which runs and caches it in one round trip.
+    loaded: AtomicU8,
+    /// Whether the current connection is up; until it is, commands take turns at
+    /// [`Node::in_order`] (see [`Node::eval`]).
+    connected: AtomicBool,
+    in_order: tokio::sync::Mutex<()>,
+    health: Mutex<Health>,
+    metrics: NodeMetrics,
+}
+
+impl Node {
+    /// Parses and checks a node URL; nothing is connected.
+    pub(crate) fn new(url: &str, settings: NodeSettings) -> Result<Self> {
+        let shown = redact(url);
+        let parsed = url::Url::parse(url).map_err(|e| {
+            Error::invalid(
+                "node",
+                format!("{shown:?} is not a valid URL ({e}); expected redis://[user:password@]host[:port][/db]"),
+            )
+        })?;
+        if !matches!(parsed.scheme(), "redis" | "rediss") {
+            return Err(Error::invalid(
+                "node",
+                format!(
+                    "{shown:?} has scheme {:?}; only redis:// and rediss:// (TLS) are supported",
+                    parsed.scheme()
+                ),
+            ));
+        }
+        if parsed.host_str().is_none_or(str::is_empty) {
+            return Err(Error::invalid("node", format!("{shown:?} has no host")));
+        }
+        let client = redis::IntoConnectionInfo::into_connection_info(url)
+            .and_then(|info| {
+                redis::Client::open(info.set_tcp_settings(tcp_settings(settings.connect_timeout)))
+            })
+            .map_err(|e| Error::invalid("node", format!("{shown:?} was rejected: {e}")))?;
+        let addr = client.get_connection_info().addr().to_string();
+        if parsed.scheme() == "rediss" {
+            // redis-rs brings rustls without a crypto provider; install one once. An error only
+            // means a provider is installed already, which is as good.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        Ok(Node {
+            metrics: NodeMetrics::new(&addr),
+            addr,
+            client,
+            link: Mutex::new(None),
+            last_link: AtomicU64::new(0),
+            settings,
+            loaded: AtomicU8::new(0),
+            connected: AtomicBool::new(false),
+            in_order: tokio::sync::Mutex::new(()),
+            health: Mutex::new(Health::default()),
+        })
+    }
+
+    /// `host:port`.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The redis-rs client, for connections of other kinds (the release subscription).
+    pub(crate) fn redis_client(&self) -> &redis::Client {
+        &self.client
+    }
+
+    /// Records a call that the caller gave up on at its deadline.
+    pub(crate) fn record_timeout(&self, op: Operation) {
+        self.metrics.failure(op, NodeFailureKind::Timeout.as_str());
+    }
+}
+
+/// The URL with its password (and anything that could be one) replaced by `***`, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            // Setting a password only fails on URLs that cannot have one, which this one has.
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Ok(parsed) => parsed.to_string(),
+        // Unparsable: hide everything between the scheme and the last '@', if there is one.
+        Err(_) => match (url.find("://"), url.rfind('@')) {
+            (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+            _ => url.to_owned(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> NodeSettings {
+        NodeSettings {
+            connect_timeout: Duration::from_secs(1),
+            verify_votes: true,
+            require_durable: false,
+        }
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert!(!redact("redis://u:sec ret@h:x").contains("sec"));
+    }
+
+    #[test]
+    fn urls_are_checked() {
+        assert!(Node::new("redis://127.0.0.1:6379", settings()).is_ok());
+        assert!(Node::new("rediss://user:pw@example.com:6380/2", settings()).is_ok());
+        for bad in [
+            "",
+            "127.0.0.1:6379",
+            "http://h:1",
+            "redis://",
+            "redis://h:notaport",
+            "unix:///tmp/s",
+        ] {
+            let err = Node::new(bad, settings()).unwrap_err();
+            assert!(
+                matches!(err, Error::InvalidArgument { field: "node", .. }),
+                "{bad:?} gave {err}"
+            );
+        }
+        let err = Node::new("redis://u:hunter2@h:99999", settings()).unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+}

@@ -1,0 +1,96 @@
+//! What the nodes answer: the replies of the scripts, and the reading of plain replies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::error::NodeFailureKind;
+
+/// A node's answer to an acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// Granted with this fencing token.
+    Granted(u64),
+    /// Held by another token, which expires in this long (if the node said), and whose
+    /// acquisition has this fencing token.
+    Held(Option<Duration>, u64),
+    /// The proposed fencing token is not above the node's counter, which is this.
+    Stale(u64),
+    /// The lock is free, but an earlier waiter goes first.
+    Reserved,
+    /// A release handed the lock to the calling waiter, with this token and fencing token.
+    HandedOver(Arc<str>, u64),
+}
+
+/// What a node knows of its deployment (see `lua/mark.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DeploymentState {
+    /// The deployment's id, when the node carries the marker.
+    pub(crate) marker: Option<String>,
+    /// The longest TTL asked for on the node.
+    pub(crate) longest_ttl: Duration,
+    /// How much longer the node is quarantined, if it is.
+    pub(crate) quarantined_for: Option<Duration>,
+}
+
+/// A node's answer to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleaseReply {
+    Deleted,
+    Absent,
+    Foreign,
+}
+
+/// The value of a `CONFIG GET` reply for one parameter; `None` when refused or absent (a
+/// managed Redis may disable CONFIG).
+pub(crate) fn config_value(reply: &Value) -> Option<String> {
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    match reply {
+        Value::Array(items) => items.get(1).and_then(text),
+        Value::Map(pairs) => pairs.first().and_then(|(_, v)| text(v)),
+        _ => None,
+    }
+}
+
+/// A release's (or give-back's) answer: 1 deleted, 0 already gone, -1 held by another token.
+pub(super) fn release_reply(value: Value) -> std::result::Result<ReleaseReply, NodeFailureKind> {
+    match value {
+        Value::Int(1) => Ok(ReleaseReply::Deleted),
+        Value::Int(0) => Ok(ReleaseReply::Absent),
+        Value::Int(-1) => Ok(ReleaseReply::Foreign),
+        other => Err(unexpected("release", &other)),
+    }
+}
+
+pub(super) fn non_negative(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+pub(super) fn unexpected(what: &str, value: &dyn std::fmt::Debug) -> NodeFailureKind {
+    NodeFailureKind::Protocol(format!("{what} returned {value:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_replies_are_read_in_both_protocols() {
+        let resp2 = Value::Array(vec![
+            Value::BulkString(b"appendfsync".to_vec()),
+            Value::BulkString(b"always".to_vec()),
+        ]);
+        assert_eq!(config_value(&resp2).as_deref(), Some("always"));
+        let resp3 = Value::Map(vec![(
+            Value::BulkString(b"appendfsync".to_vec()),
+            Value::BulkString(b"everysec".to_vec()),
+        )]);
+        assert_eq!(config_value(&resp3).as_deref(), Some("everysec"));
+        assert_eq!(config_value(&Value::Nil), None);
+    }
+}

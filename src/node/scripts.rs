@@ -1,0 +1,224 @@
+//! The Lua scripts run on the nodes, and how one is run: by hash when the node has it cached,
+//! whole otherwise, with a health reading in front when one is due.
+
+use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
+use std::time::Instant;
+
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+
+use super::health::probe_pipeline;
+use super::{LinkId, Node};
+use crate::error::{NodeFailureKind, Operation};
+
+/// A Lua script run on the nodes, with its SHA1 for `EVALSHA`.
+#[derive(Debug)]
+pub(crate) struct LuaScript {
+    /// Bit of this script in a node's loaded-scripts mask.
+    bit: u8,
+    body: &'static str,
+    sha: String,
+}
+
+impl LuaScript {
+    fn new(bit: u8, body: &'static str) -> Self {
+        LuaScript {
+            bit,
+            body,
+            sha: redis::Script::new(body).get_hash().to_owned(),
+        }
+    }
+}
+
+/// The scripts, one per node-side operation.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) acquire: LuaScript,
+    pub(crate) extend: LuaScript,
+    pub(crate) release: LuaScript,
+    pub(crate) dequeue: LuaScript,
+    pub(crate) give_back: LuaScript,
+    pub(crate) deployment: LuaScript,
+    pub(crate) mark: LuaScript,
+}
+
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: LuaScript::new(
+        1,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/acquire.lua")
+        ),
+    ),
+    extend: LuaScript::new(2, include_str!("../../lua/extend.lua")),
+    release: LuaScript::new(
+        4,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/release.lua")
+        ),
+    ),
+    dequeue: LuaScript::new(
+        8,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/dequeue.lua")
+        ),
+    ),
+    give_back: LuaScript::new(
+        16,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/give_back.lua")
+        ),
+    ),
+    deployment: LuaScript::new(32, include_str!("../../lua/deployment.lua")),
+    mark: LuaScript::new(64, include_str!("../../lua/mark.lua")),
+});
+
+impl Node {
+    /// Runs a script with the given keys, using `EVALSHA` when the node is known to have the
+    /// script and `EVAL` (which also caches it) otherwise. When the node's health is due for a
+    /// reading, the reading is pipelined in front of the script, in the same round trip. Returns
+    /// the answer and the connection it came on.
+    ///
+    /// A `NOSCRIPT` answer means the script cache was emptied under this connection (`SCRIPT
+    /// FLUSH`, or a restart behind something that kept the connection open): the script is
+    /// sent whole, with a fresh reading in front, before its vote can count.
+    pub(super) async fn eval(
+        &self,
+        op: Operation,
+        script: &LuaScript,
+        keys: &[&str],
+        args: impl Fn(&mut Cmd),
+    ) -> std::result::Result<(Value, LinkId), NodeFailureKind> {
+        let started = Instant::now();
+        // While the connection is being made, every command waits for it, and those woken
+        // together would be sent in any order: a lock's release could overtake the grant it
+        // releases (still finishing in the background) and leave it until its TTL. So until the
+        // connection is up, commands take turns in the order they were issued (tokio's mutex is
+        // first come, first served), each keeping its turn until its command is queued on the
+        // connection.
+        let turn = if self.connected.load(Ordering::Relaxed) {
+            None
+        } else {
+            Some(self.in_order.lock().await)
+        };
+        let (link, mut conn) = self.connect(op).await?;
+        let known = self.loaded.load(Ordering::Relaxed) & script.bit != 0;
+        let build = |by_hash: bool| {
+            let mut cmd = if by_hash {
+                let mut c = redis::cmd("EVALSHA");
+                c.arg(&script.sha);
+                c
+            } else {
+                let mut c = redis::cmd("EVAL");
+                c.arg(script.body);
+                c
+            };
+            cmd.arg(keys.len()).arg(keys);
+            args(&mut cmd);
+            cmd
+        };
+        let first = build(known);
+        let probe = self.needs_probe(link);
+        let mut result = {
+            let send = std::pin::pin!(self.send(&mut conn, link, &first, probe));
+            in_turn(turn, send).await
+        };
+        if known
+            && matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
+        {
+            self.loaded.fetch_and(!script.bit, Ordering::Relaxed);
+            self.health().verified_link = None;
+            result = self.send(&mut conn, link, &build(false), true).await;
+        }
+        match result {
+            Ok(value) => {
+                self.loaded.fetch_or(script.bit, Ordering::Relaxed);
+                self.metrics.success(op, started.elapsed().as_secs_f64());
+                Ok((value, link))
+            }
+            Err(e) => Err(self.failed(op, &e, link)),
+        }
+    }
+
+    /// Sends `cmd` on connection `link`, with a health reading in front when `probe` is set.
+    async fn send(
+        &self,
+        conn: &mut MultiplexedConnection,
+        link: LinkId,
+        cmd: &Cmd,
+        probe: bool,
+    ) -> RedisResult<Value> {
+        if !probe {
+            // redis-rs hands server errors back as values; turn them into errors to match on.
+            return conn
+                .send_packed_command(cmd)
+                .await
+                .and_then(Value::extract_error);
+        }
+        let mut pipe = probe_pipeline();
+        pipe.add_command(cmd.clone());
+        match conn.send_packed_commands(&pipe, 0, 3).await {
+            Ok(mut values) if values.len() == 3 => {
+                let value = values.pop().unwrap_or(Value::Nil);
+                self.record_probe(link, &values);
+                value.extract_error()
+            }
+            Ok(values) => Err(RedisError::from((
+                ErrorKind::Parse,
+                "pipeline answered with the wrong number of replies",
+                format!("{}", values.len()),
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Awaits `send`, keeping `turn` (when there is one) only until the command is queued on its
+/// connection: the first poll of a send on an open connection puts the command in the
+/// connection's queue (or, when the queue is full, in line for it, first come, first served
+/// too), whose order the node keeps. A burst of callers on a new client must not make each
+/// one wait for all the round trips ahead of it.
+async fn in_turn<F: std::future::Future + Unpin>(
+    turn: Option<tokio::sync::MutexGuard<'_, ()>>,
+    mut send: F,
+) -> F::Output {
+    if let Some(turn) = turn {
+        if let Poll::Ready(answer) = futures::poll!(&mut send) {
+            return answer;
+        }
+        drop(turn);
+    }
+    send.await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_hashes_are_distinct() {
+        let s = &*SCRIPTS;
+        let all = [
+            &s.acquire,
+            &s.extend,
+            &s.release,
+            &s.dequeue,
+            &s.give_back,
+            &s.deployment,
+            &s.mark,
+        ];
+        for (i, a) in all.iter().enumerate() {
+            assert_eq!(a.sha.len(), 40);
+            for b in &all[i + 1..] {
+                assert_ne!(a.sha, b.sha);
+                // Each has its own bit in a node's record of the scripts it has loaded.
+                assert_eq!(a.bit & b.bit, 0);
+            }
+        }
+    }
+}
