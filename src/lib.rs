@@ -39,9 +39,9 @@
 //! Layers, each using only those before it (`docs/architecture.md` draws them):
 //!
 //! - `error`, [`config`] (settings, defaults and limits), `quorum` (pure vote counting and
-//!   validity maths), `metrics` (the metric names the library records), `keys` (where a name
-//!   lives on a master, and each script's keys).
-//! - `node`: one master, its connection and its Lua scripts (`lua/`).
+//!   validity maths), `metrics` (the metric names the library records).
+//! - `node`: one master, its connection and its Lua scripts (`lua/`), and where a lock name
+//!   lives on it.
 //! - `fanout`: one operation on all masters at once.
 //! - `waiters`: what the masters tell waiting callers (pub/sub), with polling as the fallback.
 //! - `cluster`: what a client's locks share (nodes, settings, fencing proposals, waiters) and
@@ -64,7 +64,6 @@ mod error;
 mod fanout;
 pub mod fencing;
 mod guard;
-mod keys;
 mod lock;
 pub mod metrics;
 mod node;

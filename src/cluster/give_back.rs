@@ -10,7 +10,7 @@ use tracing::debug;
 
 use super::Cluster;
 use crate::fanout::send_and_detach;
-use crate::keys::Keys;
+use crate::node::Keys;
 use crate::node::{Place, Terms};
 use crate::waiters::{Grant, Orphan};
 

@@ -16,7 +16,7 @@ pub(crate) use give_back::GiveBack;
 use crate::config::{ClientSettings, limits, validate_name};
 use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 use crate::fanout::fan_out;
-use crate::keys::{DeploymentKeys, Keys};
+use crate::node::{DeploymentKeys, Keys};
 use crate::node::{Node, NodeHealth, NodeSettings};
 use crate::quorum::{Decision, quorum};
 use crate::waiters::{Orphan, Waiters};

@@ -11,9 +11,9 @@ use super::{Command, GuardStatus, LockState, RenewOptions, RenewalStop};
 use crate::cluster::Cluster;
 use crate::config::limits;
 use crate::error::Error;
-use crate::keys::Keys;
 use crate::lock::{extend_key, release_key};
 use crate::metrics::HeldGauge;
+use crate::node::Keys;
 
 /// The background renewal of one lock.
 pub(super) struct Renewal {

@@ -15,7 +15,7 @@ use crate::config::LockOptions;
 use crate::deployment::{is_unmarked, mark_in_background};
 use crate::error::{Error, NodeFailureKind, Operation, Result};
 use crate::fanout::{Answer, addrs_where, failures, vote};
-use crate::keys::Keys;
+use crate::node::Keys;
 use crate::node::{AcquireReply, Terms};
 use crate::quorum::{AcquireVote, Decision, is_split, validity};
 use crate::waiters::Grant;

@@ -11,7 +11,7 @@ use crate::cluster::Cluster;
 use crate::config::validate_token;
 use crate::error::{Error, Operation, Result};
 use crate::fanout::{failures, vote};
-use crate::keys::Keys;
+use crate::node::Keys;
 use crate::quorum::Decision;
 
 /// Extends a lock by name and token, as a stateless caller (the HTTP service) would.

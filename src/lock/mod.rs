@@ -20,8 +20,8 @@ pub(crate) use release::{release_key, release_token};
 
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
-use crate::keys::Keys;
 use crate::metrics::HeldGauge;
+use crate::node::Keys;
 
 /// A lock held on a quorum of nodes.
 ///

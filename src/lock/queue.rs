@@ -11,7 +11,7 @@ use crate::cluster::{Cluster, GiveBack, MAX_FENCE};
 use crate::config::LockOptions;
 use crate::error::NodeFailureKind;
 use crate::fanout::{Answer, send_and_detach};
-use crate::keys::Keys;
+use crate::node::Keys;
 use crate::node::{AcquireReply, Place};
 
 /// Attempts whose terms a waiter remembers. A node keeps only the latest refused attempt's

@@ -9,7 +9,7 @@ use crate::cluster::Cluster;
 use crate::config::validate_token;
 use crate::error::{Error, Operation, Result};
 use crate::fanout::{failures, vote};
-use crate::keys::Keys;
+use crate::node::Keys;
 use crate::node::ReleaseReply;
 
 /// Releases a lock by name and token, as a stateless caller (the HTTP service) would.

@@ -19,6 +19,7 @@
 
 mod calls;
 mod health;
+mod keys;
 mod link;
 mod replies;
 mod scripts;
@@ -33,6 +34,7 @@ use crate::metrics::NodeMetrics;
 pub(crate) use calls::{Place, Terms};
 use health::Health;
 pub use health::NodeHealth;
+pub(crate) use keys::{DeploymentKeys, Keys};
 pub(crate) use link::LinkId;
 use link::{Link, tcp_settings};
 pub(crate) use replies::{AcquireReply, DeploymentState, ReleaseReply, config_value};
