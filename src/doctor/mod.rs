@@ -1,4 +1,4 @@
-//! [`Client::doctor`]: checks a deployment before anyone trusts it with locks.
+//! [`Client::doctor`](crate::Client::doctor): checks a deployment before anyone trusts it with locks.
 //!
 //! Quorum locks are only as safe as the masters under them. A replica, or one server listed
 //! twice, is counted as an independent vote it is not; an eviction policy that may drop keys
