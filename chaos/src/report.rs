@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::checker::{Analysis, Overlap, PhaseStats, WriteOutcome};
 use crate::history::{Event, EventKind, PhaseKind};
-use crate::runner::ScenarioOutcome;
+use crate::outcome::ScenarioOutcome;
 
 /// What a run was, for the report's header.
 #[derive(Debug, Clone)]

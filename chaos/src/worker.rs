@@ -30,6 +30,9 @@ use crate::rng::SplitMix;
 /// The key of the protected counter on the resource Redis.
 pub(crate) const RESOURCE_KEY: &str = "chaos:counter";
 
+/// The lock every worker competes for.
+pub(crate) const LOCK_NAME: &str = "chaos";
+
 /// A holder does not start a step with less validity left than this.
 const MARGIN: Duration = Duration::from_millis(10);
 
