@@ -3,8 +3,9 @@
 //!
 //! Workers are separate processes so that the runner can freeze one (SIGSTOP) in the middle of
 //! its critical section, as a GC pause or a stopped VM would. Commands arrive as JSON lines on
-//! stdin; every invocation and outcome goes out as a JSON [`Event`] line on stdout, stamped
-//! with the shared monotonic clock, and each command ends with a `done` event.
+//! stdin; every invocation and outcome goes out as a JSON [`Event`](crate::history::Event)
+//! line on stdout, stamped with the shared monotonic clock, and each command ends with a
+//! `done` event.
 //!
 //! The critical section is a read-modify-write of a counter on the resource: read it, then
 //! write the value read plus one, with `fenced_set` (fencing on) or a plain `SET` (off). Before
