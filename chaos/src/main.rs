@@ -8,24 +8,33 @@
 //! cargo run -p redquorum-chaos --release -- list
 //! ```
 //!
-//! Layout:
-//! - `history`: the events and the shared clock.
+//! Layout, each module using only those below it:
+//! - `runner`: one scenario's life: compose project up and down, its steps, its verdict.
+//! - `report`: JSON, Markdown and SVG reports of the outcomes.
+//! - `outcome`: what one scenario produced.
+//! - `scenarios`: the catalogue: what each scenario does and expects.
+//! - `ctx`: the running scenario's context: its workers, its faults, its history.
+//! - `faults`: faults on masters and workers, and their confirmation.
+//! - `scenario`: what a scenario is; `settings`: how big a run is and what it shares.
 //! - `checker`: the pure analysis of a history and the verdict (unit-tested).
-//! - `scenarios`: what each scenario does and expects.
-//! - `runner`: one scenario's life: compose project, workers, faults and their confirmation.
-//! - `worker`: the worker process (the `worker` subcommand).
+//! - `worker`: the worker process (the `worker` subcommand) and its commands.
 //! - `docker`: docker and compose through their clients; Redis probes.
-//! - `report`: JSON, Markdown and SVG reports.
+//! - `history`: the events and the shared clock; `rng`: the seeded generator.
 // This binary's output is its report.
 #![allow(clippy::print_stdout)]
 
 mod checker;
+mod ctx;
 mod docker;
+mod faults;
 mod history;
+mod outcome;
 mod report;
 mod rng;
 mod runner;
+mod scenario;
 mod scenarios;
+mod settings;
 mod worker;
 
 use std::path::PathBuf;
@@ -36,8 +45,9 @@ use clap::{Parser, Subcommand};
 
 use crate::checker::Verdict;
 use crate::docker::Docker;
-use crate::runner::{LiveProjects, RunSettings};
-use crate::scenarios::Size;
+use crate::runner::LiveProjects;
+use crate::scenario::Scenario;
+use crate::settings::{RunSettings, Size};
 
 /// Exit code when the suite ran and some scenario did not pass (or was inconclusive).
 const EXIT_FAILED: u8 = 1;
@@ -189,7 +199,7 @@ fn check(path: &PathBuf, name: &str) -> ExitCode {
 
 async fn run(args: RunArgs) -> ExitCode {
     let all = scenarios::all();
-    let selected: Vec<scenarios::Scenario> = if args.scenario.iter().any(|s| s == "all") {
+    let selected: Vec<Scenario> = if args.scenario.iter().any(|s| s == "all") {
         all
     } else {
         let mut chosen = Vec::new();

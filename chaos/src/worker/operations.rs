@@ -1,15 +1,6 @@
-//! A worker: one OS process (`redquorum-chaos worker`) that takes the lock with the library and
-//! works on the protected resource, on the runner's orders.
-//!
-//! Workers are separate processes so that the runner can freeze one (SIGSTOP) in the middle of
-//! its critical section, as a GC pause or a stopped VM would. Commands arrive as JSON lines on
-//! stdin; every invocation and outcome goes out as a JSON [`Event`] line on stdout, stamped
-//! with the shared monotonic clock, and each command ends with a `done` event.
-//!
-//! The critical section is a read-modify-write of a counter on the resource: read it, then
-//! write the value read plus one, with `fenced_set` (fencing on) or a plain `SET` (off). Before
-//! each write the holder checks that its lock is still valid, as a careful holder would; a
-//! process frozen between that check and its write is exactly what fencing is for.
+//! A worker's operations on the lock and on the resource (acquire, read, write, extend,
+//! release, and the load loop that repeats them), each recorded as an invocation and an outcome
+//! on stdout.
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -20,239 +11,16 @@ use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use redquorum::fencing::{FencedWrite, fenced_set};
 use redquorum::{Client, Lock, LockOptions};
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::sync::mpsc;
 
+use super::{LoadParams, RESOURCE_KEY, WorkerArgs};
 use crate::history::{Clock, Event, EventKind, WorkerId};
 use crate::rng::SplitMix;
-
-/// The key of the protected counter on the resource Redis.
-pub(crate) const RESOURCE_KEY: &str = "chaos:counter";
 
 /// A holder does not start a step with less validity left than this.
 const MARGIN: Duration = Duration::from_millis(10);
 
-/// How a worker is set up (its command line).
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct WorkerArgs {
-    /// This worker's number (1, 2, ...).
-    #[arg(long)]
-    pub(crate) id: WorkerId,
-    /// The run's epoch on CLOCK_MONOTONIC, in ns.
-    #[arg(long)]
-    pub(crate) epoch_ns: u64,
-    /// The masters, comma-separated redis:// URLs.
-    #[arg(long, value_delimiter = ',', required = true)]
-    pub(crate) nodes: Vec<String>,
-    /// The protected resource's redis:// URL.
-    #[arg(long)]
-    pub(crate) resource: String,
-    /// The lock's name.
-    #[arg(long)]
-    pub(crate) lock: String,
-    /// Write with fenced_set (true) or a plain SET (false).
-    #[arg(long, action = clap::ArgAction::Set)]
-    pub(crate) fencing: bool,
-    /// The client's restart quarantine, in ms (0: off).
-    #[arg(long)]
-    pub(crate) quarantine_ms: u64,
-    /// The client's max TTL, in ms.
-    #[arg(long)]
-    pub(crate) max_ttl_ms: u64,
-    /// The client's per-node deadline, in ms.
-    #[arg(long)]
-    pub(crate) node_timeout_ms: u64,
-}
-
-/// An order from the runner.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "cmd", rename_all = "snake_case")]
-pub(crate) enum Command {
-    /// Take the lock (retrying for `wait_ms`) and keep it.
-    Acquire {
-        /// Command number, echoed in `done`.
-        id: u64,
-        /// TTL in ms.
-        ttl_ms: u64,
-        /// How long to keep trying, in ms.
-        wait_ms: u64,
-    },
-    /// Read the counter.
-    Read {
-        /// Command number.
-        id: u64,
-    },
-    /// Check the lock, pause `pause_ms`, then write the value last read plus one.
-    Write {
-        /// Command number.
-        id: u64,
-        /// Pause between the check and the write.
-        pause_ms: u64,
-    },
-    /// Extend the lock.
-    Extend {
-        /// Command number.
-        id: u64,
-        /// New TTL in ms.
-        ttl_ms: u64,
-    },
-    /// Release the lock.
-    Release {
-        /// Command number.
-        id: u64,
-    },
-    /// Loop acquire / read / write / (extend, read, write) / release until `stop`.
-    Load {
-        /// Command number.
-        id: u64,
-        /// The loop's settings.
-        params: LoadParams,
-    },
-    /// End a `load` after its current iteration.
-    Stop,
-    /// Exit the process.
-    Exit,
-}
-
-/// Settings of a load loop.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct LoadParams {
-    /// TTL of each acquisition, ms.
-    pub(crate) ttl_ms: u64,
-    /// How long each acquire keeps trying, ms.
-    pub(crate) wait_ms: u64,
-    /// Time spent between the read and the write, ms (uniform in the range).
-    pub(crate) hold_ms: (u64, u64),
-    /// Pause between iterations, ms (uniform in the range).
-    pub(crate) think_ms: (u64, u64),
-    /// Chance in percent that a holder extends its lock and does a second read-write.
-    pub(crate) extend_percent: u64,
-    /// Bound on iterations.
-    pub(crate) max_iterations: u64,
-    /// Bound on the loop's duration, ms.
-    pub(crate) max_ms: u64,
-    /// Seed of the loop's jitter.
-    pub(crate) seed: u64,
-}
-
-/// Runs a worker until `exit` or the end of stdin.
-///
-/// # Errors
-///
-/// When the client cannot be built or stdout is gone (the runner died).
-pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
-    init_logs(Clock::new(args.epoch_ns));
-    let client = Client::builder()
-        .nodes(args.nodes.iter().cloned())
-        .quarantine(Duration::from_millis(args.quarantine_ms))
-        .max_ttl(Duration::from_millis(args.max_ttl_ms))
-        .node_timeout(Duration::from_millis(args.node_timeout_ms))
-        .build()
-        .map_err(|e| format!("cannot build the client: {e}"))?;
-    let resource =
-        redis::Client::open(args.resource.as_str()).map_err(|e| format!("resource URL: {e}"))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    tokio::spawn(read_commands(tx, stop.clone()));
-    let mut worker = Worker {
-        id: args.id,
-        clock: Clock::new(args.epoch_ns),
-        client,
-        resource,
-        conn: None,
-        fencing: args.fencing,
-        lock_name: args.lock,
-        next_op: 0,
-        lock: None,
-        last_read: None,
-        stop,
-    };
-    while let Some(command) = rx.recv().await {
-        let (id, ok, detail) = match command {
-            Command::Acquire {
-                id,
-                ttl_ms,
-                wait_ms,
-            } => {
-                let ok = worker.acquire(ttl_ms, wait_ms).await?;
-                (id, ok, String::new())
-            }
-            Command::Read { id } => (id, worker.read().await?, String::new()),
-            Command::Write { id, pause_ms } => {
-                let (ok, detail) = worker.write(pause_ms).await?;
-                (id, ok, detail)
-            }
-            Command::Extend { id, ttl_ms } => (id, worker.extend(ttl_ms).await?, String::new()),
-            Command::Release { id } => (id, worker.release().await?, String::new()),
-            Command::Load { id, params } => {
-                let n = worker.load(&params).await?;
-                (id, true, format!("{n} iterations"))
-            }
-            Command::Stop => continue,
-            Command::Exit => break,
-        };
-        worker.emit(EventKind::Done {
-            cmd: id,
-            ok,
-            detail,
-        })?;
-    }
-    Ok(())
-}
-
-/// The library's logs go to stderr (the runner keeps them in `worker-N.log`), stamped with
-/// the run's clock so that they line up with the history. `CHAOS_WORKER_LOG` sets the filter;
-/// by default every node's answer is logged (`redquorum=debug`), which is what a violation
-/// needs to be explained.
-fn init_logs(clock: Clock) {
-    struct RunClock(Clock);
-    impl tracing_subscriber::fmt::time::FormatTime for RunClock {
-        fn format_time(
-            &self,
-            w: &mut tracing_subscriber::fmt::format::Writer<'_>,
-        ) -> std::fmt::Result {
-            write!(w, "{:.6}", self.0.now() as f64 / 1e9)
-        }
-    }
-    let filter = std::env::var("CHAOS_WORKER_LOG").unwrap_or_else(|_| "redquorum=debug".to_owned());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-        .with_timer(RunClock(clock))
-        .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
-/// Forwards stdin's commands; `stop` is handled here so that it reaches a running loop. The
-/// end of stdin (the runner is gone) is an `exit`.
-async fn read_commands(tx: mpsc::UnboundedSender<Command>, stop: Arc<AtomicBool>) {
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    loop {
-        let command = match lines.next_line().await {
-            Ok(Some(line)) if line.trim().is_empty() => continue,
-            Ok(Some(line)) => match serde_json::from_str::<Command>(&line) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("worker: ignoring a bad command ({e}): {line}");
-                    continue;
-                }
-            },
-            Ok(None) | Err(_) => Command::Exit,
-        };
-        match command {
-            Command::Stop => stop.store(true, Ordering::SeqCst),
-            Command::Load { .. } => stop.store(false, Ordering::SeqCst),
-            _ => {}
-        }
-        let exit = command == Command::Exit;
-        if tx.send(command).is_err() || exit {
-            return;
-        }
-    }
-}
-
-struct Worker {
+/// A worker's client, its lock and what it read under it.
+pub(super) struct Worker {
     id: WorkerId,
     clock: Clock,
     client: Client,
@@ -268,12 +36,34 @@ struct Worker {
 }
 
 impl Worker {
+    /// A worker as `args` set it up, with no lock yet.
+    pub(super) fn new(
+        args: &WorkerArgs,
+        client: Client,
+        resource: redis::Client,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
+        Worker {
+            id: args.id,
+            clock: Clock::new(args.epoch_ns),
+            client,
+            resource,
+            conn: None,
+            fencing: args.fencing,
+            lock_name: args.lock.clone(),
+            next_op: 0,
+            lock: None,
+            last_read: None,
+            stop,
+        }
+    }
+
     fn op(&mut self) -> u64 {
         self.next_op += 1;
         self.next_op
     }
 
-    fn emit(&self, kind: EventKind) -> Result<(), String> {
+    pub(super) fn emit(&self, kind: EventKind) -> Result<(), String> {
         self.emit_at(self.clock.now(), kind)
     }
 
@@ -302,7 +92,7 @@ impl Worker {
             .unwrap_or_default()
     }
 
-    async fn acquire(&mut self, ttl_ms: u64, wait_ms: u64) -> Result<bool, String> {
+    pub(super) async fn acquire(&mut self, ttl_ms: u64, wait_ms: u64) -> Result<bool, String> {
         // A lock still in hand is abandoned (it expires at its TTL); scripts never do this.
         self.lock = None;
         self.last_read = None;
@@ -350,7 +140,7 @@ impl Worker {
         Ok(conn)
     }
 
-    async fn read(&mut self) -> Result<bool, String> {
+    pub(super) async fn read(&mut self) -> Result<bool, String> {
         let token = self.token();
         let value: Result<Option<i64>, _> = match self.resource().await {
             Ok(mut conn) => {
@@ -381,7 +171,7 @@ impl Worker {
 
     /// Checks the lock, pauses, writes the value read plus one. Returns whether the resource
     /// accepted the write.
-    async fn write(&mut self, pause_ms: u64) -> Result<(bool, String), String> {
+    pub(super) async fn write(&mut self, pause_ms: u64) -> Result<(bool, String), String> {
         let Some(lock) = &self.lock else {
             return Ok((false, "no lock".to_owned()));
         };
@@ -445,7 +235,7 @@ impl Worker {
         }
     }
 
-    async fn extend(&mut self, ttl_ms: u64) -> Result<bool, String> {
+    pub(super) async fn extend(&mut self, ttl_ms: u64) -> Result<bool, String> {
         let op = self.op();
         let Some(mut lock) = self.lock.take() else {
             return Ok(false);
@@ -479,7 +269,7 @@ impl Worker {
         Ok(ok)
     }
 
-    async fn release(&mut self) -> Result<bool, String> {
+    pub(super) async fn release(&mut self) -> Result<bool, String> {
         let Some(lock) = self.lock.take() else {
             return Ok(false);
         };
@@ -504,7 +294,7 @@ impl Worker {
         }
     }
 
-    async fn load(&mut self, p: &LoadParams) -> Result<u64, String> {
+    pub(super) async fn load(&mut self, p: &LoadParams) -> Result<u64, String> {
         let mut rng = SplitMix::new(p.seed ^ u64::from(self.id).wrapping_mul(0x9E37_79B9));
         let until = self.clock.now() + p.max_ms * 1_000_000;
         let mut n = 0;
