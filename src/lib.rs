@@ -49,16 +49,13 @@
 //! - `waiters`: waking waiters when a lock is released (pub/sub), with polling as the fallback.
 //! - [`fencing`]: the protected resource's side of fencing tokens.
 //! - [`metrics`]: the metric names the library records.
-//! - [`dev`]: local `redis-server` processes for development, tests and benchmarks.
-//! - `server` (feature `server`, on by default): the HTTP coordinator behind `redquorum serve`.
-//! - `bench` (feature `server`): the benchmark behind `redquorum bench`.
+//!
+//! The `redquorum` binary (the HTTP coordinator, `run`, `doctor`, `bench`) is the
+//! `redquorum-cli` package; this crate is the library alone.
 
-#[cfg(feature = "server")]
-pub mod bench;
 mod client;
 pub mod config;
 mod deployment;
-pub mod dev;
 mod doctor;
 mod error;
 mod fanout;
@@ -68,8 +65,6 @@ mod lock;
 pub mod metrics;
 mod node;
 pub mod quorum;
-#[cfg(feature = "server")]
-pub mod server;
 mod waiters;
 
 pub use client::{Client, LockInfo, NodeLockState};

@@ -13,8 +13,8 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::{Value, json};
 
-use crate::dev::LocalNodes;
-use crate::{Client, Error, LockOptions};
+use redquorum::{Client, Error, LockOptions};
+use redquorum_testkit::LocalNodes;
 
 /// What to measure, and for how long.
 #[derive(Debug, Clone)]
