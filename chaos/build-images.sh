@@ -14,7 +14,7 @@
 #   --redis-only          build only the Redis image (the chaos runner needs nothing else)
 #   --redquorum-bin PATH  the redquorum binary to package
 #                         (default: $CARGO_TARGET_DIR or target/, then release/redquorum)
-#   --build               run `cargo build --release --bin redquorum` first
+#   --build               run `cargo build --release -p redquorum-cli --bin redquorum` first
 # Environment: REDIS_SERVER, REDIS_CLI (default: found on PATH), REDIS_IMAGE,
 #   REDQUORUM_IMAGE (the tags to build; defaults as above).
 set -euo pipefail
@@ -31,7 +31,7 @@ while (($#)); do
     --redis-only) redis_only=true ;;
     --redquorum-bin) redquorum_bin=${2:?--redquorum-bin needs a path}; shift ;;
     --build) build=true ;;
-    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-images: unknown argument: $1 (see --help)" >&2; exit 64 ;;
   esac
   shift
@@ -107,10 +107,10 @@ docker run --rm --pull never "$redis_image" redis-server --version ||
 # --- redquorum (the coordinator) -----------------------------------------------------------
 if ! $redis_only; then
   if $build; then
-    (cd "$root" && cargo build --release --bin redquorum)
+    (cd "$root" && cargo build --release -p redquorum-cli --bin redquorum)
   fi
   [[ -x $redquorum_bin ]] ||
-    die "$redquorum_bin not found: run \`cargo build --release\` (or pass --build, or --redquorum-bin PATH, or --redis-only)"
+    die "$redquorum_bin not found: run \`cargo build --release -p redquorum-cli\` (or pass --build, or --redquorum-bin PATH, or --redis-only)"
   ctx=$work/redquorum
   add_executable "$ctx/rootfs" "$redquorum_bin" /usr/local/bin/redquorum
   mkdir -p "$ctx/rootfs/tmp"

@@ -51,14 +51,14 @@
 //!   and the lost-lock signal ([`LockGuard`]); `doctor`: the check of a deployment.
 //! - `client`: the [`Client`], every public operation in one place.
 //! - [`fencing`]: the protected resource's side of fencing tokens, for the resource's code.
+//!
+//! The `redquorum` binary (the HTTP coordinator, `run`, `doctor`, `bench`) is the
+//! `redquorum-cli` package; this crate is the library alone.
 
-#[cfg(feature = "server")]
-pub mod bench;
 mod client;
 mod cluster;
 pub mod config;
 mod deployment;
-pub mod dev;
 mod doctor;
 mod error;
 mod fanout;
@@ -68,8 +68,6 @@ mod lock;
 pub mod metrics;
 mod node;
 mod quorum;
-#[cfg(feature = "server")]
-pub mod server;
 mod waiters;
 
 pub use client::{Client, ClientBuilder, LockInfo, NodeLockState};

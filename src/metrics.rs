@@ -37,8 +37,10 @@ pub const NODE_QUARANTINED: &str = "redquorum_node_quarantined";
 /// `appendfsync always`), 0 when it cannot keep fencing counters.
 pub const NODE_DURABLE: &str = "redquorum_node_durable";
 
-/// Registers descriptions and units with the installed recorder, if any.
-pub(crate) fn describe() {
+/// Registers the descriptions and units of the metrics above with the installed recorder, if
+/// any. Building a [`Client`](crate::Client) does this too; an exporter that describes its own
+/// metrics when it is installed calls it so that the library's are described alongside.
+pub fn describe() {
     metrics::describe_histogram!(
         ACQUIRE_DURATION,
         Unit::Seconds,

@@ -229,7 +229,7 @@ async fn extend_keeps_the_fence_and_a_stateless_extend_reports_it() {
 /// Sets up the classic failure: a holder on a bare majority {0, 1} (node 2 down), then node 1
 /// restarts empty and node 2 comes back empty. Returns the holder's lock.
 async fn holder_on_a_bare_majority(
-    nodes: &mut redquorum::dev::LocalNodes,
+    nodes: &mut redquorum_testkit::LocalNodes,
     ttl: Duration,
 ) -> redquorum::Lock {
     nodes.kill(2).unwrap();
@@ -327,7 +327,7 @@ async fn quarantine_keeps_restarted_nodes_out_until_it_ends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aof_always_nodes_keep_counters_and_are_not_quarantined() {
-    let mut nodes = redquorum::dev::LocalNodes::start_with(
+    let mut nodes = redquorum_testkit::LocalNodes::start_with(
         3,
         &["--appendonly", "yes", "--appendfsync", "always"],
     )
@@ -385,7 +385,7 @@ async fn aof_always_nodes_keep_counters_and_are_not_quarantined() {
 async fn nodes_that_cannot_keep_counters_are_reported_and_can_be_refused() {
     // CONFIG is disabled on these, as on some managed services: the report must still work.
     let nodes =
-        redquorum::dev::LocalNodes::start_with(3, &["--rename-command", "CONFIG", ""]).unwrap();
+        redquorum_testkit::LocalNodes::start_with(3, &["--rename-command", "CONFIG", ""]).unwrap();
     let client = Client::builder()
         .nodes(nodes.urls())
         .quarantine(Duration::ZERO)

@@ -1,12 +1,11 @@
 //! First contact with plain masters: a new deployment locks at once with default options, a
 //! master that loses its data is quarantined for the longest TTL granted (by its own clock, the
 //! same for every client) and then counts again, and an acquire that no quorum can serve says
-//! why at once.
+//! why at once. `redquorum run` on new masters is `cli/tests/first_contact.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
@@ -48,41 +47,11 @@ async fn a_new_deployment_of_five_plain_masters_locks_on_the_first_attempt() {
     }
 }
 
-/// The newcomer's first command, with default options, on plain `redis-server`s.
-#[test]
-fn redquorum_run_on_new_plain_masters_succeeds_at_once() {
-    let nodes = common::nodes(3);
-    let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_redquorum"))
-        .args([
-            "run",
-            "--nodes",
-            &nodes.urls().join(","),
-            "--lock",
-            "job",
-            "--",
-            "true",
-        ])
-        .env_remove("REDQUORUM_NODES")
-        .env_remove("REDQUORUM_CONFIG")
-        .env_remove("REDQUORUM_QUARANTINE")
-        .env_remove("REDQUORUM_MAX_TTL")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("run took {:?}", started.elapsed());
-}
-
 /// A lock with a 1.5 s TTL is the longest granted; master A then loses its data (`lose`). The
 /// next acquire notices and puts A in quarantine for 1.5 s; B then goes down, so that a quorum
 /// needs A: no lock until A's quarantine ends, and then A counts again.
 async fn lost_data_is_quarantined_for_the_longest_ttl(
-    lose: impl AsyncFnOnce(&mut redquorum::dev::LocalNodes),
+    lose: impl AsyncFnOnce(&mut redquorum_testkit::LocalNodes),
 ) {
     let mut nodes = common::nodes(3);
     let client = Client::builder()

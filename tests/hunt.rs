@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redquorum::dev::LocalNodes;
 use redquorum::{Client, Lock, LockOptions, LockWatch, RenewOptions};
+use redquorum_testkit::LocalNodes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;

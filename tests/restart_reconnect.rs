@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use redquorum::dev::LocalNodes;
 use redquorum::{Client, LockOptions, NodeFailureKind};
+use redquorum_testkit::LocalNodes;
 
 /// How long a master that lost its data is quarantined here.
 const QUARANTINE: Duration = Duration::from_secs(2);

@@ -15,7 +15,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
 
 /// `calls` and `rejected_calls` of one command from `INFO commandstats`.
-async fn calls(nodes: &redquorum::dev::LocalNodes, i: usize, command: &str) -> (u64, u64) {
+async fn calls(nodes: &redquorum_testkit::LocalNodes, i: usize, command: &str) -> (u64, u64) {
     let Some(stats) =
         common::info_field(nodes, i, "commandstats", &format!("cmdstat_{command}")).await
     else {
@@ -36,7 +36,7 @@ async fn calls(nodes: &redquorum::dev::LocalNodes, i: usize, command: &str) -> (
 
 /// Waits (up to 2 s) until node `i` has run `command` at least `count` times in all: an
 /// operation returns at a quorum, and the other nodes run their command just after.
-async fn ran_at_least(nodes: &redquorum::dev::LocalNodes, i: usize, command: &str, count: u64) {
+async fn ran_at_least(nodes: &redquorum_testkit::LocalNodes, i: usize, command: &str, count: u64) {
     common::eventually(Duration::from_secs(2), || async {
         calls(nodes, i, command).await.0 >= count
     })

@@ -204,7 +204,7 @@ async fn no_waiter_starves_in_a_thirty_second_contended_run() {
 }
 
 /// Whether a node has any waiting place left for `name`.
-async fn queue_exists(nodes: &redquorum::dev::LocalNodes, i: usize, name: &str) -> bool {
+async fn queue_exists(nodes: &redquorum_testkit::LocalNodes, i: usize, name: &str) -> bool {
     let mut conn = common::raw(nodes, i).await;
     let n: i64 = redis::cmd("EXISTS")
         .arg(format!("redquorum:queue:{name}"))
@@ -216,7 +216,7 @@ async fn queue_exists(nodes: &redquorum::dev::LocalNodes, i: usize, name: &str) 
 }
 
 /// Fails unless, within 1 s, no node has a waiting place left for `name`.
-async fn queues_empty_soon(nodes: &redquorum::dev::LocalNodes, name: &str) {
+async fn queues_empty_soon(nodes: &redquorum_testkit::LocalNodes, name: &str) {
     for i in 0..nodes.len() {
         assert!(
             common::eventually(Duration::from_secs(1), || async {
@@ -429,7 +429,7 @@ async fn a_lock_handed_to_a_waiter_that_left_goes_to_the_next() {
 
 /// A client whose proposals come from no clock: just above the highest fencing token it has
 /// seen, so the fencing token of a handover shows which rule set it.
-fn clockless_client(nodes: &redquorum::dev::LocalNodes) -> Client {
+fn clockless_client(nodes: &redquorum_testkit::LocalNodes) -> Client {
     Client::builder()
         .nodes(nodes.urls())
         .node_timeout(Duration::from_millis(50))
@@ -484,7 +484,11 @@ async fn without_a_fence_to_go_above_a_release_only_wakes_the_waiter() {
 
 /// Each node's queue for `name`: its waiter ids, and each one's terms without the lapse time
 /// (which is per node).
-async fn places(nodes: &redquorum::dev::LocalNodes, i: usize, name: &str) -> Vec<(String, String)> {
+async fn places(
+    nodes: &redquorum_testkit::LocalNodes,
+    i: usize,
+    name: &str,
+) -> Vec<(String, String)> {
     let mut conn = common::raw(nodes, i).await;
     let waiters: Vec<String> = redis::cmd("ZRANGE")
         .arg(format!("redquorum:queue:{name}"))

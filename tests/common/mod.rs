@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use redquorum::dev::LocalNodes;
 use redquorum::{Client, LockOptions};
+use redquorum_testkit::LocalNodes;
 
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 

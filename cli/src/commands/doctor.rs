@@ -12,7 +12,7 @@ pub(super) async fn run(client: &Client, json: bool, allow_non_durable: bool) ->
         report = report.allowing_non_durable();
     }
     if json {
-        println!("{}", redquorum::server::doctor_json(&report));
+        println!("{}", redquorum_cli::server::doctor_json(&report));
     } else {
         print!("{}", table(&report));
     }

@@ -7,6 +7,8 @@
     clippy::needless_range_loop
 )]
 
+// The harness the library's tests use (local masters, test-tuned clients), shared as is.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::net::SocketAddr;
@@ -17,8 +19,8 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use redquorum::Client;
-use redquorum::dev::LocalNodes;
-use redquorum::server::{AppOptions, BearerToken};
+use redquorum_cli::server::{AppOptions, BearerToken};
+use redquorum_testkit::LocalNodes;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -28,7 +30,7 @@ fn client(nodes: &LocalNodes) -> Client {
 }
 
 fn app(nodes: &LocalNodes, auth: Option<&str>) -> Router {
-    redquorum::server::app(
+    redquorum_cli::server::app(
         client(nodes),
         AppOptions {
             auth: auth.and_then(BearerToken::new),
@@ -80,7 +82,7 @@ async fn spawn_server(
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
     let sessions = CancellationToken::new();
-    let router = redquorum::server::app(
+    let router = redquorum_cli::server::app(
         client(nodes),
         AppOptions {
             shutdown: sessions.clone(),
@@ -91,7 +93,7 @@ async fn spawn_server(
     let addr = listener.local_addr().unwrap();
     let stop = CancellationToken::new();
     let stopped = stop.clone();
-    let task = tokio::spawn(redquorum::server::serve(
+    let task = tokio::spawn(redquorum_cli::server::serve(
         listener,
         router,
         None,
@@ -717,7 +719,7 @@ async fn shutdown_ends_sessions_by_releasing_their_locks() {
 async fn a_failed_extend_says_how_long_the_lock_is_certain() {
     let mut nodes = common::nodes(3);
     nodes.kill(2).unwrap();
-    let app = redquorum::server::app(common::client(&nodes), AppOptions::default());
+    let app = redquorum_cli::server::app(common::client(&nodes), AppOptions::default());
     let (status, body) = call(&app, "POST", "/v1/locks/job", r#"{"ttl_ms": 10000}"#, None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let token = body["token"].as_str().unwrap().to_owned();

@@ -1,14 +1,14 @@
-//! The `redquorum` binary: parses arguments, sets up logging and hands over to the library.
+//! The `redquorum` binary: parses arguments, sets up logging and hands over to the command.
 
-mod cli;
+mod commands;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
-    cli::init_tracing(args.log_format, args.default_log_level());
+    let args = commands::Cli::parse();
+    commands::init_tracing(args.log_format, args.default_log_level());
     let mut builder = match args.threads {
         1 => tokio::runtime::Builder::new_current_thread(),
         0 => tokio::runtime::Builder::new_multi_thread(),
@@ -22,8 +22,8 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!("cannot start the async runtime: {e}");
-            return ExitCode::from(cli::EXIT_SOFTWARE);
+            return ExitCode::from(commands::EXIT_SOFTWARE);
         }
     };
-    runtime.block_on(cli::run(args))
+    runtime.block_on(commands::run(args))
 }

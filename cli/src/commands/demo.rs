@@ -3,8 +3,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use redquorum::dev::LocalNodes;
 use redquorum::{Client, Error, LockOptions};
+use redquorum_testkit::LocalNodes;
 
 use super::{EXIT_OK, EXIT_SOFTWARE};
 

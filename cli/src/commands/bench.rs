@@ -3,12 +3,12 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use redquorum::bench::{BenchOptions, Figure};
+use redquorum_cli::bench::{BenchOptions, Figure};
 
 use super::{EXIT_OK, EXIT_SOFTWARE};
 
 pub(super) async fn run(opts: BenchOptions, json: PathBuf) -> u8 {
-    let figures = match tokio::spawn(async move { redquorum::bench::run(&opts).await }).await {
+    let figures = match tokio::spawn(async move { redquorum_cli::bench::run(&opts).await }).await {
         Ok(Ok(f)) => f,
         Ok(Err(e)) => {
             tracing::error!("the benchmark failed: {e}");

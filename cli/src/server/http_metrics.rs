@@ -27,7 +27,7 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Installs the Prometheus recorder as the process's global recorder (once; later calls return
 /// the same handle), or `None` when another recorder was installed first. Install it before
-/// building the [`Client`](crate::Client) whose metrics it should see.
+/// building the [`Client`](redquorum::Client) whose metrics it should see.
 pub fn install() -> Option<PrometheusHandle> {
     if let Some(handle) = HANDLE.get() {
         return Some(handle.clone());
@@ -36,7 +36,7 @@ pub fn install() -> Option<PrometheusHandle> {
         .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &BUCKETS)
         .ok()?;
     let handle = builder.install_recorder().ok()?;
-    crate::metrics::describe();
+    redquorum::metrics::describe();
     metrics::describe_counter!(
         HTTP_REQUESTS,
         "HTTP requests by route template, method and status"

@@ -60,7 +60,7 @@ mod tests {
     fn the_example_config_parses() {
         let path = Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/redquorum.example.toml"
+            "/../redquorum.example.toml"
         ));
         let config = Config::load(path).unwrap();
         assert_eq!(config.nodes.len(), 3);

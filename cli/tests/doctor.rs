@@ -3,6 +3,8 @@
 //! evicting memory policy, a user the ACL denies, no persistence, quarantine, a dead master.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+// The harness the library's tests use (local masters, test-tuned clients), shared as is.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::process::{Child, Command, Stdio};
@@ -11,9 +13,9 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use redquorum::dev::LocalNodes;
-use redquorum::server::{AppOptions, BearerToken};
 use redquorum::{Client, DoctorReport, LockOptions, Severity};
+use redquorum_cli::server::{AppOptions, BearerToken};
+use redquorum_testkit::LocalNodes;
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -92,7 +94,7 @@ impl Server {
         let dir = tempfile::tempdir().unwrap();
         for _ in 0..5 {
             let port = rand::random_range(20_000..32_000u16);
-            let mut child = Command::new(redquorum::dev::find_redis_server().unwrap())
+            let mut child = Command::new(redquorum_testkit::find_redis_server().unwrap())
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"])
                 .arg("--dir")
@@ -452,7 +454,7 @@ async fn a_dead_master_is_an_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_route_serves_the_report_behind_the_token() {
     let nodes = LocalNodes::start_with(3, &DURABLE).unwrap();
-    let app = redquorum::server::app(
+    let app = redquorum_cli::server::app(
         client(&nodes.urls()),
         AppOptions {
             auth: BearerToken::new("s3cret"),

@@ -4,8 +4,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use redquorum::dev::LocalNodes;
-use redquorum::server::{AppOptions, BearerToken};
+use redquorum_cli::server::{AppOptions, BearerToken};
+use redquorum_testkit::LocalNodes;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -42,7 +42,7 @@ pub(crate) struct ServeArgs {
 
 pub(super) async fn serve(args: ServeArgs) -> u8 {
     // The recorder must be in place before the client looks up its metric handles.
-    let metrics = redquorum::server::install_metrics();
+    let metrics = redquorum_cli::server::install_metrics();
     let config = match args.nodes.config() {
         Ok(c) => c,
         Err(m) => return usage(&m),
@@ -120,7 +120,7 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
     }
 
     let sessions = CancellationToken::new();
-    let router = redquorum::server::app(
+    let router = redquorum_cli::server::app(
         client.clone(),
         AppOptions {
             auth: auth.clone(),
@@ -133,7 +133,7 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
         },
     );
     let metrics_side = match (metrics_listener, metrics) {
-        (Some(l), Some(handle)) => Some((l, redquorum::server::metrics_router(handle))),
+        (Some(l), Some(handle)) => Some((l, redquorum_cli::server::metrics_router(handle))),
         _ => None,
     };
     let addr = listener.local_addr().unwrap_or(listen);
@@ -162,7 +162,8 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
             _ = term.recv() => {}
         }
     };
-    let result = redquorum::server::serve(listener, router, metrics_side, sessions, shutdown).await;
+    let result =
+        redquorum_cli::server::serve(listener, router, metrics_side, sessions, shutdown).await;
     // Stops the --dev masters.
     drop(dev_nodes);
     match result {

@@ -5,7 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
-use crate::{Error, NodeFailureKind};
+use redquorum::{Error, NodeFailureKind};
 
 /// An error answer. `code` is stable (clients may match on it); `message` is for people.
 #[derive(Debug)]
@@ -103,7 +103,7 @@ impl From<Error> for ApiError {
 }
 
 /// Which nodes failed, and how.
-fn failures_json(failures: &[crate::NodeFailure]) -> Value {
+fn failures_json(failures: &[redquorum::NodeFailure]) -> Value {
     Value::Array(
         failures
             .iter()

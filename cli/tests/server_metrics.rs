@@ -2,12 +2,14 @@
 //! In a file of its own because the Prometheus recorder is global to the process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+// The harness the library's tests use (local masters, test-tuned clients), shared as is.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use axum::body::Body;
 use axum::http::Request;
 use http_body_util::BodyExt;
-use redquorum::server::AppOptions;
+use redquorum_cli::server::AppOptions;
 use serde_json::json;
 use tower::ServiceExt;
 
@@ -22,9 +24,9 @@ fn value(text: &str, prefix: &str) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_the_traffic() {
     // The recorder goes in before the client is built, as the service does.
-    let handle = redquorum::server::install_metrics().expect("recorder installed");
+    let handle = redquorum_cli::server::install_metrics().expect("recorder installed");
     let nodes = common::nodes(3);
-    let app = redquorum::server::app(
+    let app = redquorum_cli::server::app(
         common::patient_client(&nodes),
         AppOptions {
             metrics: Some(handle),

@@ -284,12 +284,12 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             seconds,
             json,
         } => {
-            let opts = redquorum::bench::BenchOptions {
+            let opts = redquorum_cli::bench::BenchOptions {
                 nodes,
                 pairs,
                 throughput_for: Duration::from_secs(seconds),
                 handoff_for: Duration::from_secs(seconds),
-                ..redquorum::bench::BenchOptions::default()
+                ..redquorum_cli::bench::BenchOptions::default()
             };
             bench::run(opts, json).await
         }

@@ -6,13 +6,15 @@
     clippy::needless_range_loop
 )]
 
+// The harness the library's tests use (local masters, test-tuned clients), shared as is.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use redquorum::dev::LocalNodes;
+use redquorum_testkit::LocalNodes;
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum");

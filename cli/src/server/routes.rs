@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::error::ApiError;
 use super::request::Fields;
-use crate::config::defaults;
-use crate::{DoctorReport, Lock, LockOptions, Problem};
+use redquorum::config::defaults;
+use redquorum::{DoctorReport, Lock, LockOptions, Problem};
 
 /// Longest wait one HTTP request may ask for: 10 min. Longer waits belong in a retry loop.
 pub const MAX_HTTP_WAIT: Duration = Duration::from_secs(600);

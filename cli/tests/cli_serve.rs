@@ -1,6 +1,8 @@
 //! `redquorum serve` as a user runs it: `--dev`, a curl-like client, SIGTERM.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+// The harness the library's tests use (local masters, test-tuned clients), shared as is.
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::process::Stdio;

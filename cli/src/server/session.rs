@@ -20,7 +20,7 @@ use super::error::ApiError;
 use super::http_metrics::SESSIONS_OPEN;
 use super::request::Fields;
 use super::routes::{acquire_params, expires_at, lock_json, lock_name, millis_of};
-use crate::{LockGuard, LockState, RenewOptions};
+use redquorum::{LockGuard, LockState, RenewOptions};
 
 /// `POST /v1/locks/{name}/session`: acquire (waiting up to `wait_ms`), then stream events
 /// while the server renews the lock, until the client disconnects or the lock is lost.

@@ -27,7 +27,7 @@ pub use http_metrics::{
 pub use request::MAX_BODY_BYTES;
 pub use routes::{MAX_HTTP_WAIT, MAX_OWNER_BYTES, doctor_json};
 
-use crate::Client;
+use redquorum::Client;
 
 /// What the handlers share.
 #[derive(Clone, Debug)]

@@ -1,0 +1,223 @@
+//! The benchmark behind `redquorum bench`: latency and throughput of the lock, each next to the
+//! round trip of one Redis command measured in the same run.
+//!
+//! Every figure is measured on real masters (started locally, or given). Every benchmark also
+//! checks mutual exclusion, and reports the violations it saw (there must be none).
+
+mod bounds;
+mod http;
+mod report;
+mod workloads;
+
+use std::time::Duration;
+
+use redquorum::{Client, Error};
+use redquorum_testkit::LocalNodes;
+
+use bounds::{fan_out_bound, floor, wake_bound};
+use http::http;
+pub use report::Figure;
+use report::Report;
+use workloads::{handoff, throughput, uncontended};
+
+/// What to measure, and for how long.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Masters to use; empty: start five local ones.
+    pub nodes: Vec<String>,
+    /// Sequential pairs (and round trips for the floor) per uncontended figure.
+    pub pairs: usize,
+    /// Concurrent tasks for the throughput figure.
+    pub tasks: usize,
+    /// How long the throughput figure runs.
+    pub throughput_for: Duration,
+    /// Workers contending for one name in the handoff figure.
+    pub workers: usize,
+    /// Critical section of each handoff worker.
+    pub critical_section: Duration,
+    /// How long the handoff figure runs.
+    pub handoff_for: Duration,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            nodes: Vec::new(),
+            pairs: 3000,
+            tasks: 64,
+            throughput_for: Duration::from_secs(3),
+            workers: 8,
+            critical_section: Duration::from_millis(1),
+            handoff_for: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Runs every benchmark and returns the figures, floor first.
+///
+/// # Errors
+///
+/// When local masters cannot be started, or a lock operation fails where none may (the masters
+/// are up and nothing else uses them).
+pub async fn run(
+    opts: &BenchOptions,
+) -> Result<Vec<Figure>, Box<dyn std::error::Error + Send + Sync>> {
+    let local = if opts.nodes.is_empty() {
+        Some(tokio::task::spawn_blocking(|| LocalNodes::start(5)).await??)
+    } else {
+        None
+    };
+    let urls = match &local {
+        Some(nodes) => nodes.urls(),
+        None => opts.nodes.clone(),
+    };
+    // The floor is read before every benchmark, and the median of those readings is what
+    // every ratio is taken against: on a shared machine one reading can be far off the others
+    // (the scheduler placing client and master on the same core, or on idle ones).
+    let mut floors = Vec::new();
+    let mut report = Report::default();
+
+    let five = client(&urls)?;
+    // N = 3 (the first three masters) and N = all of them.
+    let mut sizes = vec![3.min(urls.len()), urls.len()];
+    sizes.dedup();
+    for n in sizes {
+        floors.push(floor(&urls[0], opts.pairs).await?);
+        report.latency(
+            format!("bound N={n}: SET on every master at once, majority answered, p50"),
+            fan_out_bound(&urls[..n], opts.pairs).await?,
+        );
+        let c = client(&urls[..n])?;
+        let u = uncontended(&c, opts.pairs).await?;
+        report.rate(
+            format!("uncontended N={n}: acquire+release pairs"),
+            u.pairs_per_second,
+            "pairs/s",
+        );
+        report.latency(format!("uncontended N={n}: acquire p50"), u.acquire_p50_us);
+        report.latency(format!("uncontended N={n}: acquire p99"), u.acquire_p99_us);
+        report.latency(format!("uncontended N={n}: release p50"), u.release_p50_us);
+        report.plain(
+            format!("uncontended N={n}: failed operations"),
+            u.failed as f64,
+            "count",
+        );
+    }
+
+    floors.push(floor(&urls[0], opts.pairs).await?);
+    let t = throughput(&five, opts.tasks, opts.throughput_for).await?;
+    report.rate(
+        format!(
+            "throughput N={}: {} tasks, distinct names",
+            urls.len(),
+            opts.tasks
+        ),
+        t.pairs_per_second,
+        "pairs/s",
+    );
+    report.plain(
+        format!("throughput N={}: failed operations", urls.len()),
+        t.failed as f64,
+        "count",
+    );
+    let mut violations = t.violations;
+
+    floors.push(floor(&urls[0], opts.pairs).await?);
+    report.latency(
+        format!(
+            "bound N={}: PUBLISH on every master after {:?} idle, majority heard, p50",
+            urls.len(),
+            opts.critical_section
+        ),
+        wake_bound(&urls, opts.critical_section, opts.pairs.min(1000)).await?,
+    );
+    let h = handoff(&urls, opts.workers, opts.critical_section, opts.handoff_for).await?;
+    let label = format!(
+        "contended N={}: {} workers, one name, {:?} sections",
+        urls.len(),
+        opts.workers,
+        opts.critical_section
+    );
+    report.rate(
+        format!("{label}: critical sections"),
+        h.sections_per_second,
+        "sections/s",
+    );
+    report.latency(format!("{label}: handoff p50"), h.handoff_p50_us);
+    report.latency(format!("{label}: handoff p99"), h.handoff_p99_us);
+    report.plain(
+        format!("{label}: fairness min/max share"),
+        h.fairness,
+        "share",
+    );
+    violations += h.violations;
+
+    floors.push(floor(&urls[0], opts.pairs).await?);
+    let http = http(&five, opts.pairs.min(2000)).await?;
+    report.rate(
+        format!(
+            "HTTP serve N={}: acquire+release pairs (keep-alive)",
+            urls.len()
+        ),
+        http.pairs_per_second,
+        "pairs/s",
+    );
+    report.latency(
+        format!("HTTP serve N={}: acquire p50", urls.len()),
+        http.acquire_p50_us,
+    );
+    report.latency(
+        format!("HTTP serve N={}: acquire p99", urls.len()),
+        http.acquire_p99_us,
+    );
+    report.plain(
+        format!("HTTP serve N={}: failed requests", urls.len()),
+        http.failed as f64,
+        "count",
+    );
+
+    report.plain(
+        "mutual-exclusion violations (all benchmarks)",
+        violations as f64,
+        "count",
+    );
+    drop(local);
+    floors.sort_by(f64::total_cmp);
+    let (Some(&floor_us), Some(&lowest), Some(&highest)) =
+        (floors.get(floors.len() / 2), floors.first(), floors.last())
+    else {
+        return Err("no floor reading was taken".into());
+    };
+    let mut head = Report::default();
+    head.latency(
+        format!(
+            "floor: one SET round trip on one master, p50 (median of {} readings)",
+            floors.len()
+        ),
+        floor_us,
+    );
+    head.latency("floor: lowest reading", lowest);
+    head.latency("floor: highest reading", highest);
+    let mut figures = head.finish(floor_us);
+    figures.extend(report.finish(floor_us));
+    Ok(figures)
+}
+
+/// A client on `urls` as every benchmark uses one.
+pub(super) fn client(urls: &[String]) -> Result<Client, Error> {
+    // Fresh local masters have never held a lock: no reason to quarantine them.
+    Client::builder()
+        .nodes(urls.iter().cloned())
+        .quarantine(Duration::ZERO)
+        .build()
+}
+
+/// The `p` quantile of `samples` (0.0 to 1.0), in µs.
+pub(super) fn percentile(samples: &mut [Duration], p: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    samples.sort_unstable();
+    let i = ((samples.len() - 1) as f64 * p).round() as usize;
+    samples[i].as_secs_f64() * 1e6
+}
