@@ -82,3 +82,8 @@ pub use node::NodeHealth;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+// So are those of the safety argument.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/safety.md")]
+struct SafetyDoctests;

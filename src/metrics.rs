@@ -31,7 +31,7 @@ pub const LOCKS_HELD: &str = "redquorum_locks_held";
 /// Gauge, label `node`: 1 when the node's last call got an answer, 0 when it failed.
 pub const NODE_UP: &str = "redquorum_node_up";
 /// Gauge, label `node`: 1 while the node grants nothing because it lost its data (quarantined,
-/// or not yet marked again; see the README's "Deployment marker and quarantine").
+/// or not yet marked again; see "Deployment marker and quarantine" in docs/safety.md).
 pub const NODE_QUARANTINED: &str = "redquorum_node_quarantined";
 /// Gauge, label `node`: 1 when the node keeps every write across a restart (AOF with
 /// `appendfsync always`), 0 when it cannot keep fencing counters.
