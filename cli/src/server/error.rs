@@ -90,7 +90,7 @@ impl From<Error> for ApiError {
                 ..
             } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "extend_uncertain", message)
                 // The caller keeps the lock's validity itself: this is how much of it is left.
-                .with("validity_ms", json!(super::routes::millis_of(valid_for)))
+                .with("validity_ms", json!(super::units::millis_of(valid_for)))
                 .with("needed", json!(needed))
                 .with("nodes", json!(total))
                 .with("failures", failures_json(&failures)),
@@ -116,7 +116,7 @@ fn failures_json(failures: &[redquorum::NodeFailure]) -> Value {
                 {
                     map.insert(
                         "quarantined_ms".to_owned(),
-                        json!(super::routes::millis_of(*left)),
+                        json!(super::units::millis_of(*left)),
                     );
                 }
                 failure

@@ -10,6 +10,7 @@ mod http_metrics;
 mod request;
 mod routes;
 mod session;
+mod units;
 
 use std::future::Future;
 

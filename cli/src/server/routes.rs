@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::error::ApiError;
 use super::request::Fields;
+use super::units::millis_of;
 use redquorum::config::defaults;
 use redquorum::{DoctorReport, Lock, LockOptions, Problem};
 
@@ -91,10 +92,6 @@ pub(crate) fn lock_json(
         map.insert("token".to_owned(), Value::String(token.to_owned()));
     }
     body
-}
-
-pub(crate) fn millis_of(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// When the validity ends, on the wall clock, for people and logs (the server's clock).

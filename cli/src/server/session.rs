@@ -19,7 +19,8 @@ use super::AppState;
 use super::error::ApiError;
 use super::http_metrics::SESSIONS_OPEN;
 use super::request::Fields;
-use super::routes::{acquire_params, expires_at, lock_json, lock_name, millis_of};
+use super::routes::{acquire_params, expires_at, lock_json, lock_name};
+use super::units::millis_of;
 use redquorum::{LockGuard, LockState, RenewOptions};
 
 /// `POST /v1/locks/{name}/session`: acquire (waiting up to `wait_ms`), then stream events
