@@ -26,6 +26,10 @@ pub const LOCKS_LOST: &str = "redquorum_locks_lost_total";
 /// Counter, label `outcome`: background renewals by a [`LockGuard`](crate::LockGuard):
 /// renewed, failed (no quorum this time), lost, limit (a renewal limit was reached).
 pub const RENEWALS: &str = "redquorum_renewals_total";
+/// Counter, label `outcome`: locks that releases handed to a waiter of this process: taken
+/// (one token on a quorum), adopted (different attempts' tokens, held under one), given_back
+/// (too few masters within the per-node deadline, or too little validity left).
+pub const HANDOVERS: &str = "redquorum_handovers_total";
 /// Gauge: locks this process holds now.
 pub const LOCKS_HELD: &str = "redquorum_locks_held";
 /// Gauge, label `node`: 1 when the node's last call got an answer, 0 when it failed.
@@ -57,6 +61,7 @@ pub fn describe() {
     metrics::describe_counter!(RELEASES, "Releases by outcome");
     metrics::describe_counter!(LOCKS_LOST, "Locks found lost by their holder");
     metrics::describe_counter!(RENEWALS, "Background renewals by outcome");
+    metrics::describe_counter!(HANDOVERS, "Locks handed to a waiting caller, by outcome");
     metrics::describe_gauge!(LOCKS_HELD, "Locks held by this process");
     metrics::describe_gauge!(NODE_UP, "Whether the node answered its last call");
     metrics::describe_gauge!(
@@ -151,6 +156,10 @@ pub(crate) fn extension(outcome: &'static str) {
 
 pub(crate) fn release(outcome: &'static str) {
     metrics::counter!(RELEASES, "outcome" => outcome).increment(1);
+}
+
+pub(crate) fn handover(outcome: &'static str) {
+    metrics::counter!(HANDOVERS, "outcome" => outcome).increment(1);
 }
 
 pub(crate) fn lock_lost() {

@@ -44,6 +44,7 @@ impl Node {
         ttl: Duration,
         fence: u64,
         place: Option<&Place>,
+        fair: bool,
     ) -> std::result::Result<AcquireReply, NodeFailureKind> {
         let (value, link) = self
             .eval(Operation::Acquire, &SCRIPTS.acquire, &keys, |c| {
@@ -52,6 +53,7 @@ impl Node {
                     Some(p) => c.arg(&*p.waiter).arg(p.priority).arg(millis(p.life)),
                     None => c.arg("").arg(0).arg(0),
                 };
+                c.arg(u8::from(fair));
             })
             .await?;
         let reply = match value {
@@ -179,6 +181,27 @@ impl Node {
         match value {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("dequeue", &other)),
+        }
+    }
+
+    /// Holds a lock handed to a waiter under `from` with `to` and fencing token `fence`
+    /// instead (see `lua/adopt.lua`). Keys: the lock and its fencing counter. Whether it is
+    /// held so now.
+    pub(crate) async fn adopt(
+        &self,
+        keys: [&str; 2],
+        from: &str,
+        to: &str,
+        fence: u64,
+    ) -> std::result::Result<bool, NodeFailureKind> {
+        let (value, _) = self
+            .eval(Operation::Acquire, &SCRIPTS.adopt, &keys, |c| {
+                c.arg(from).arg(to).arg(fence);
+            })
+            .await?;
+        match value {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(unexpected("adopt", &other)),
         }
     }
 

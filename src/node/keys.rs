@@ -95,6 +95,11 @@ impl Keys {
         ]
     }
 
+    /// The keys of the script that holds a handed-over lock under one token (adopt).
+    pub(crate) fn for_adopt(&self) -> [&str; 2] {
+        [&self.lock, &self.fence]
+    }
+
     /// The keys of the scripts that act on a waiter's place (dequeue, give back).
     pub(crate) fn for_place(&self) -> [&str; 3] {
         [&self.lock, &self.queue, &self.terms]

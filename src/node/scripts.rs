@@ -42,6 +42,7 @@ pub(crate) struct Scripts {
     pub(crate) give_back: LuaScript,
     pub(crate) deployment: LuaScript,
     pub(crate) mark: LuaScript,
+    pub(crate) adopt: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -76,6 +77,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     ),
     deployment: LuaScript::new(32, include_str!("../../lua/deployment.lua")),
     mark: LuaScript::new(64, include_str!("../../lua/mark.lua")),
+    adopt: LuaScript::new(128, include_str!("../../lua/adopt.lua")),
 });
 
 impl Node {
@@ -211,6 +213,7 @@ mod tests {
             &s.give_back,
             &s.deployment,
             &s.mark,
+            &s.adopt,
         ];
         for (i, a) in all.iter().enumerate() {
             assert_eq!(a.sha.len(), 40);
