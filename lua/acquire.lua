@@ -9,7 +9,8 @@
 -- ARGV[1]: holder token. ARGV[2]: TTL in milliseconds. ARGV[3]: proposed fencing token.
 -- ARGV[4]: the caller's waiter id, or '' for a caller that does not wait. ARGV[5]: its
 -- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds (0: the
--- caller takes no place).
+-- caller takes no place). ARGV[7]: '1' for a fair caller, '0' for one that takes a free lock
+-- whatever the queue says (it queues only to be woken, without terms).
 -- Returns {1, fence} when granted; {0, pttl, holder's fence} when another token holds the
 -- lock (the fence names the holder without giving its token away, so that a client can tell
 -- one holder from a split vote); {2, counter} when the proposal is not above this node's
@@ -32,9 +33,14 @@
 -- Takes or refreshes the caller's place in the queue. A place with no life is not taken: the
 -- caller waits but is out of line (it reaches too few nodes to take the lock, and must not hold
 -- up callers that can).
+local fair = ARGV[7] ~= '0'
 local function queue_caller()
   if ARGV[4] ~= '' and ARGV[6] ~= '0' then
-    queue_place(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], ARGV[1], ARGV[2], ARGV[3])
+    if fair then
+      queue_place(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], ARGV[1], ARGV[2], ARGV[3])
+    else
+      queue_place(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], '', '', '')
+    end
   end
 end
 
@@ -64,7 +70,7 @@ if current and current ~= ARGV[1] then
   queue_caller()
   return {0, redis.call('PTTL', KEYS[1]), counter}
 end
-if not current then
+if not current and fair then
   local first = first_waiter(KEYS[3], KEYS[4])
   if first and first ~= ARGV[4] then
     -- Queued here, the caller may come first after all (it was queued on other nodes

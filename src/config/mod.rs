@@ -44,6 +44,9 @@ pub mod defaults {
     pub const RETRY_JITTER: Duration = Duration::from_millis(50);
     /// How long [`Client::acquire`](crate::Client::acquire) keeps trying: 10 s.
     pub const WAIT: Duration = Duration::from_secs(10);
+    /// Whether waiters take a lock in the order they came (see
+    /// [`LockOptions::fair`](crate::LockOptions::fair)): `true`.
+    pub const FAIR: bool = true;
     /// The least validity an acquire must leave to count as a success: 5 ms.
     pub const MIN_VALIDITY: Duration = Duration::from_millis(5);
     /// Prefix of every key redquorum writes: `redquorum:`. Locks are kept under

@@ -22,6 +22,7 @@ pub struct LockOptions {
     pub(crate) retry_delay: Duration,
     pub(crate) retry_jitter: Duration,
     pub(crate) min_validity: Duration,
+    pub(crate) fair: bool,
 }
 
 impl Default for LockOptions {
@@ -32,6 +33,7 @@ impl Default for LockOptions {
             retry_delay: defaults::RETRY_DELAY,
             retry_jitter: defaults::RETRY_JITTER,
             min_validity: defaults::MIN_VALIDITY,
+            fair: defaults::FAIR,
         }
     }
 }
@@ -65,6 +67,24 @@ impl LockOptions {
     /// Random part of the pause between attempts. Default: [`defaults::RETRY_JITTER`].
     pub fn retry_jitter(mut self, jitter: Duration) -> Self {
         self.retry_jitter = jitter;
+        self
+    }
+
+    /// Whether waiters take the lock in the order they came (`true`), or a free lock goes to
+    /// whoever asks first (`false`). Default: [`defaults::FAIR`].
+    ///
+    /// Fair: waiters queue on the masters in the order they started waiting; a free lock goes
+    /// only to the first, and a release hands the lock straight to it. No waiter is passed
+    /// over, and each hand-over costs a message to the next waiter.
+    ///
+    /// Not fair: waiters still queue, but only to be woken: a release wakes the first, and a
+    /// free lock goes to whichever attempt reaches a quorum first, which is often the holder
+    /// that just released it. More critical sections per second under contention; a waiter
+    /// can lose several races in a row, though never all of them (every retry has its
+    /// chance), and the wait still bounds it. Fair callers of the same name still go before
+    /// each other in order, but not before unfair ones.
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
         self
     }
 

@@ -45,6 +45,7 @@ pub(super) async fn attempt(
     let nodes = &cluster.nodes;
     let ttl = opts.ttl;
     let drift = settings.drift(ttl);
+    let fair = opts.fair;
     let place = queued.as_ref().map(|q| q.place_for_attempt());
     let mut cleanup = ReleaseOnDrop {
         cluster,
@@ -79,7 +80,14 @@ pub(super) async fn attempt(
                     (cluster.clone(), keys.clone(), token.clone(), place.clone());
                 async move {
                     let answer = cluster.nodes[i]
-                        .acquire(keys.for_acquire(), &token, ttl, proposal, place.as_ref())
+                        .acquire(
+                            keys.for_acquire(),
+                            &token,
+                            ttl,
+                            proposal,
+                            place.as_ref(),
+                            fair,
+                        )
                         .await;
                     if matches!(answer, Err(NodeFailureKind::Unmarked)) {
                         // Heard after the vote was decided, perhaps: mark it anyway, so
