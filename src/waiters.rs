@@ -182,6 +182,15 @@ impl Waiters {
     }
 }
 
+impl Waiters {
+    /// How many masters' subscriptions are confirmed and reading.
+    pub(crate) fn subscribed_count(&self) -> usize {
+        self.subscribed
+            .get()
+            .map_or(0, |flags| flags.iter().filter(|f| *f.borrow()).count())
+    }
+}
+
 impl State {
     /// What the scripts prepend to a waiter's client id to name the channel that wakes it.
     pub(crate) fn wake_prefix(&self) -> &str {

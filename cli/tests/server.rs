@@ -409,6 +409,13 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
         (
             "POST",
             "/v1/locks/x".into(),
+            r#"{"fair": "yes"}"#.into(),
+            400,
+            "invalid_fair",
+        ),
+        (
+            "POST",
+            "/v1/locks/x".into(),
             r#"{"ttl_ms": 1000,"#.into(),
             400,
             "invalid_json",

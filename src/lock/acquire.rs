@@ -12,8 +12,20 @@ use super::handover::handed_over;
 use super::queue::Queued;
 use crate::cluster::{Cluster, GiveBack};
 use crate::config::LockOptions;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::quorum::{Outlook, outlook};
+
+/// How often a fair waiter in line polls while a quorum of its subscriptions is up: the
+/// release that makes it first wakes it, and most often hands it the lock, so polling is only
+/// the fallback for a lost message or a holder that died. Polling at the retry delay instead
+/// sends every waiter's attempts at the masters many times per hand-over, and slows the
+/// hand-overs themselves.
+pub(super) const WAKE_FALLBACK: Duration = Duration::from_millis(50);
+
+/// How long an unfair caller only polls before it queues to be woken by releases. Queued
+/// waiters are woken by a release and race the caller that released, which, in a loop, is
+/// already asking again: under contention that race costs more hand-overs than it saves.
+const UNFAIR_QUEUE_AFTER: Duration = Duration::from_millis(20);
 
 /// How widely retries after a split vote are spread (uniformly from zero).
 const SPLIT_RETRY_SPREAD: Duration = Duration::from_millis(2);
@@ -52,7 +64,7 @@ pub(crate) async fn acquire(
         let waiters = &cluster.waiters;
         // A caller that waits queues on the nodes under one id for all its attempts, so it
         // keeps its turn from one attempt to the next.
-        let mut queued = if wait.is_zero() {
+        let mut queued = if wait.is_zero() || !opts.fair {
             None
         } else {
             // Subscribed before the first attempt, so that no release is missed.
@@ -64,6 +76,16 @@ pub(crate) async fn acquire(
         let mut down_before = vec![false; cluster.nodes.len()];
         loop {
             attempts += 1;
+            // An unfair caller polls at first, as its own retries are what win it a free
+            // lock; once it has waited a while, it queues too, to be woken by releases.
+            if queued.is_none()
+                && !opts.fair
+                && !wait.is_zero()
+                && started.elapsed() >= UNFAIR_QUEUE_AFTER
+            {
+                cluster.subscribe(cluster.settings.node_timeout).await;
+                queued = Some(Queued::new(cluster, keys.clone(), opts, started));
+            }
             if let Some(q) = queued.as_mut() {
                 if let Some(lock) = handed_over(cluster, name, q, opts).await {
                     return Ok(lock);
@@ -173,6 +195,14 @@ pub(crate) async fn acquire(
                 let delay =
                     Duration::from_micros(rand::random_range(0..spread)).min(wait_until - now);
                 debug!(attempt = attempts, delay = ?delay, "split vote; retrying soon");
+                delay
+            } else if queued.as_ref().is_some_and(|q| q.in_line)
+                && opts.fair
+                && matches!(error, Error::Contended { .. })
+                && waiters.subscribed_count() >= cluster.quorum()
+            {
+                let delay = retry_delay(opts).max(WAKE_FALLBACK).min(wait_until - now);
+                debug!(attempt = attempts, delay = ?delay, "in line; waiting to be woken");
                 delay
             } else {
                 let delay = retry_delay(opts).min(wait_until - now);

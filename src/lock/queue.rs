@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
+use super::acquire::WAKE_FALLBACK;
 use crate::cluster::{Cluster, GiveBack, MAX_FENCE};
 use crate::config::LockOptions;
 use crate::error::NodeFailureKind;
@@ -55,7 +56,12 @@ impl<'a> Queued<'a> {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .saturating_sub(started.elapsed());
-        let pause = opts.retry_delay + opts.retry_jitter;
+        // A fair waiter in line may poll only every WAKE_FALLBACK (see acquire.rs).
+        let pause = if opts.fair {
+            (opts.retry_delay + opts.retry_jitter).max(WAKE_FALLBACK)
+        } else {
+            opts.retry_delay + opts.retry_jitter
+        };
         Queued {
             cluster,
             keys,

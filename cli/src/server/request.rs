@@ -75,6 +75,18 @@ impl Fields {
         }
     }
 
+    /// A boolean field.
+    pub(crate) fn bool(&self, key: &str, code: &str) -> Result<Option<bool>, ApiError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(ApiError::bad_request(
+                code,
+                format!("{key} must be true or false, not {other}"),
+            )),
+        }
+    }
+
     /// A string field.
     pub(crate) fn string(&self, key: &str, code: &str) -> Result<Option<String>, ApiError> {
         match self.0.get(key) {

@@ -46,7 +46,7 @@ pub(crate) struct AcquireParams {
 }
 
 pub(crate) fn acquire_params(body: Fields) -> Result<AcquireParams, ApiError> {
-    let body = body.only(&["ttl_ms", "wait_ms", "owner"])?;
+    let body = body.only(&["ttl_ms", "wait_ms", "owner", "fair"])?;
     let ttl = millis(body.u64("ttl_ms", "invalid_ttl")?, defaults::TTL);
     let wait = millis(body.u64("wait_ms", "invalid_wait")?, Duration::ZERO);
     if wait > MAX_HTTP_WAIT {
@@ -66,8 +66,9 @@ pub(crate) fn acquire_params(body: Fields) -> Result<AcquireParams, ApiError> {
             format!("owner is at most {MAX_OWNER_BYTES} bytes"),
         ));
     }
+    let fair = body.bool("fair", "invalid_fair")?.unwrap_or(defaults::FAIR);
     Ok(AcquireParams {
-        opts: LockOptions::new(ttl).wait(wait),
+        opts: LockOptions::new(ttl).wait(wait).fair(fair),
         ttl,
         owner,
     })
