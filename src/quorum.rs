@@ -346,4 +346,21 @@ mod tests {
             Outlook::Closed
         );
     }
+
+    #[test]
+    fn a_handover_counts_once_per_node_and_only_where_votes_count() {
+        let h = [
+            (0, "w/a", 7),
+            (0, "w/a", 7),
+            (1, "w/a", 7),
+            (2, "w/b", 8),
+            (3, "w/a", 7),
+        ];
+        // Node 0 heard twice is one node: with node 3 not counting, "w/a" is on two of five.
+        assert_eq!(quorum_handover(&h, |n| n != 3, 3), None);
+        assert_eq!(quorum_handover(&h, |_| true, 3), Some(("w/a", 7)));
+        // The same token with another fencing token is another handover.
+        let mixed = [(0, "w/a", 7), (1, "w/a", 8), (2, "w/a", 7)];
+        assert_eq!(quorum_handover(&mixed, |_| true, 3), None);
+    }
 }

@@ -281,3 +281,71 @@ async fn a_burst_of_callers_on_a_new_client_waits_for_the_connect_not_for_each_o
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopting_a_handed_over_lock_keeps_its_ttl_and_never_lowers_a_counter() {
+    let nodes = common::nodes(1);
+    let mut conn = common::raw(&nodes, 0).await;
+    let adopt = redis::Script::new(include_str!("../lua/adopt.lua"));
+    let run = |from: &'static str, to: &'static str, fence: u64| {
+        let mut invocation = adopt.key("rq:lock:x");
+        invocation.key("rq:fence:x").arg(from).arg(to).arg(fence);
+        invocation
+    };
+    let _: () = redis::cmd("SET")
+        .arg("rq:lock:x")
+        .arg("w.1/a")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("rq:fence:x")
+        .arg(5)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // Not held with that token here: nothing changes.
+    let missed: i64 = run("w.1/z", "w.1/b", 7)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(missed, 0);
+    // Held: the token and the counter change, the expiry does not.
+    let adopted: i64 = run("w.1/a", "w.1/b", 7)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(adopted, 1);
+    let token: String = redis::cmd("GET")
+        .arg("rq:lock:x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(token, "w.1/b");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("rq:lock:x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!((1..=60_000).contains(&pttl), "{pttl}");
+    let counter: u64 = redis::cmd("GET")
+        .arg("rq:fence:x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(counter, 7);
+    // A fencing token below the counter is refused: the counter never goes back.
+    let lower: i64 = run("w.1/b", "w.1/c", 6)
+        .invoke_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(lower, 0);
+    let token: String = redis::cmd("GET")
+        .arg("rq:lock:x")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(token, "w.1/b");
+}
