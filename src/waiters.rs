@@ -180,9 +180,7 @@ impl Waiters {
         }));
         let _ = tokio::time::timeout(patience, any).await;
     }
-}
 
-impl Waiters {
     /// How many masters' subscriptions are confirmed and reading.
     pub(crate) fn subscribed_count(&self) -> usize {
         self.subscribed
