@@ -119,7 +119,7 @@ pub(crate) async fn acquire(
     let name = lock_name(path)?;
     let params = acquire_params(body)?;
     let lock = state.client.acquire(&name, &params.opts).await?;
-    tracing::info!(lock = %name, owner = params.owner.as_deref().unwrap_or(""), fence = lock.fence(), "acquired");
+    tracing::debug!(lock = %name, owner = params.owner.as_deref().unwrap_or(""), fence = lock.fence(), "acquired");
     let mut body = held(&lock);
     if let (Some(owner), Value::Object(map)) = (params.owner, &mut body) {
         map.insert("owner".to_owned(), Value::String(owner));
