@@ -8,6 +8,8 @@
 
 mod common;
 
+use redis::AsyncCommands;
+
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -292,17 +294,17 @@ async fn adopting_a_handed_over_lock_keeps_its_ttl_and_never_lowers_a_counter() 
         invocation.key("rq:fence:x").arg(from).arg(to).arg(fence);
         invocation
     };
-    let _: () = redis::cmd("SET")
+    let _: () = redis::pipe()
+        .cmd("SET")
         .arg("rq:lock:x")
         .arg("w.1/a")
         .arg("PX")
         .arg(60_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("SET")
+        .ignore()
+        .cmd("SET")
         .arg("rq:fence:x")
         .arg(5)
+        .ignore()
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -318,23 +320,11 @@ async fn adopting_a_handed_over_lock_keeps_its_ttl_and_never_lowers_a_counter() 
         .await
         .unwrap();
     assert_eq!(adopted, 1);
-    let token: String = redis::cmd("GET")
-        .arg("rq:lock:x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let token: String = conn.get("rq:lock:x").await.unwrap();
     assert_eq!(token, "w.1/b");
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg("rq:lock:x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let pttl: i64 = conn.pttl("rq:lock:x").await.unwrap();
     assert!((1..=60_000).contains(&pttl), "{pttl}");
-    let counter: u64 = redis::cmd("GET")
-        .arg("rq:fence:x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let counter: u64 = conn.get("rq:fence:x").await.unwrap();
     assert_eq!(counter, 7);
     // A fencing token below the counter is refused: the counter never goes back.
     let lower: i64 = run("w.1/b", "w.1/c", 6)
@@ -342,10 +332,6 @@ async fn adopting_a_handed_over_lock_keeps_its_ttl_and_never_lowers_a_counter() 
         .await
         .unwrap();
     assert_eq!(lower, 0);
-    let token: String = redis::cmd("GET")
-        .arg("rq:lock:x")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let token: String = conn.get("rq:lock:x").await.unwrap();
     assert_eq!(token, "w.1/b");
 }

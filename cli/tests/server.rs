@@ -163,6 +163,14 @@ async fn acquire_extend_release_and_inspect_without_a_socket() {
     let (status, body) = post(&app, "/v1/locks/deploy%2Fprod%20eu", json!({})).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["name"], "deploy/prod eu");
+    // Unfair waiting is asked for per acquire; a held lock still refuses an unfair caller.
+    let (status, body) = post(&app, "/v1/locks/barging", json!({"fair": false})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = post(&app, "/v1/locks/barging", json!({"fair": false})).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("contended"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@ use redis::{AsyncConnectionConfig, Value};
 
 use super::NodeCheck;
 use super::acl::read_acl;
-use crate::node::Node;
+use crate::node::{Info, Node, config_value, is_durable};
 
 /// Reads one master. Everything is best effort: what fails is left empty, with the reason.
 pub(super) async fn check(node: &Node, prefix: &str, deadline: Duration) -> NodeCheck {
@@ -66,25 +66,16 @@ async fn read_info(
             .to_owned(),
     );
     let replies = conn.send_packed_commands(&pipe, 0, 2).await?;
-    let info = match replies.first() {
-        Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
-        Some(Value::VerbatimString { text, .. }) => text.clone(),
-        Some(Value::SimpleString(text)) => text.clone(),
-        // Refused (the ACL check names INFO then): the fields stay unknown.
-        _ => String::new(),
-    };
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .map(|v| v.trim().to_owned())
-    };
+    // Refused (the ACL check names INFO then): the fields stay unknown.
+    let info = Info::from_reply(replies.first());
+    let field = |name: &str| info.field(name);
     out.redis_version = field("redis_version");
     out.role = field("role");
     out.run_id = field("run_id");
     out.aof_enabled = field("aof_enabled").map(|v| v == "1");
     out.maxmemory_policy = field("maxmemory_policy");
-    out.appendfsync = replies.get(1).and_then(crate::node::config_value);
-    out.durable = out.aof_enabled == Some(true) && out.appendfsync.as_deref() == Some("always");
+    out.appendfsync = replies.get(1).and_then(config_value);
+    out.durable = is_durable(out.aof_enabled, out.appendfsync.as_deref());
     Ok(())
 }
 

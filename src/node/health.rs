@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use redis::Value;
 use tracing::warn;
 
-use super::{LinkId, Node, config_value};
+use super::{Info, LinkId, Node, config_value, is_durable};
 use crate::error::{NodeFailureKind, Operation};
 
 /// How old a node's health reading may get before the next call refreshes it.
@@ -59,7 +59,7 @@ pub(super) struct Health {
 
 impl Health {
     fn durable(&self) -> bool {
-        self.aof_enabled == Some(true) && self.appendfsync.as_deref() == Some("always")
+        is_durable(self.aof_enabled, self.appendfsync.as_deref())
     }
 }
 
@@ -108,17 +108,8 @@ impl Node {
 
     /// Stores a health reading from the replies to [`probe_pipeline`].
     pub(super) fn record_probe(&self, link: LinkId, replies: &[Value]) {
-        let info = match replies.first() {
-            Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
-            Some(Value::VerbatimString { text, .. }) => text.clone(),
-            Some(Value::SimpleString(text)) => text.clone(),
-            _ => String::new(),
-        };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .map(|v| v.trim().to_owned())
-        };
+        let info = Info::from_reply(replies.first());
+        let field = |name: &str| info.field(name);
         let now = Instant::now();
         let uptime = field("uptime_in_seconds")
             .and_then(|v| v.parse::<u64>().ok())

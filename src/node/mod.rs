@@ -37,7 +37,9 @@ pub use health::NodeHealth;
 pub(crate) use keys::{DeploymentKeys, Keys};
 pub(crate) use link::LinkId;
 use link::{Link, tcp_settings};
-pub(crate) use replies::{AcquireReply, DeploymentState, ReleaseReply, config_value};
+pub(crate) use replies::{
+    AcquireReply, DeploymentState, Info, ReleaseReply, config_value, is_durable,
+};
 
 /// Settings a node needs from the client.
 #[derive(Debug, Clone, Copy)]

@@ -57,6 +57,34 @@ pub(crate) fn config_value(reply: &Value) -> Option<String> {
     }
 }
 
+/// The text of an `INFO` reply (empty when refused or not text), to read fields from.
+#[derive(Debug)]
+pub(crate) struct Info(String);
+
+impl Info {
+    pub(crate) fn from_reply(reply: Option<&Value>) -> Self {
+        Info(match reply {
+            Some(Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+            Some(Value::VerbatimString { text, .. }) => text.clone(),
+            Some(Value::SimpleString(text)) => text.clone(),
+            _ => String::new(),
+        })
+    }
+
+    /// The value of `name:value` line `name`, if present.
+    pub(crate) fn field(&self, name: &str) -> Option<String> {
+        self.0
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    }
+}
+
+/// Whether a node keeps every write across a restart: AOF with `appendfsync always`.
+pub(crate) fn is_durable(aof_enabled: Option<bool>, appendfsync: Option<&str>) -> bool {
+    aof_enabled == Some(true) && appendfsync == Some("always")
+}
+
 /// A release's (or give-back's) answer: 1 deleted, 0 already gone, -1 held by another token.
 pub(super) fn release_reply(value: Value) -> std::result::Result<ReleaseReply, NodeFailureKind> {
     match value {
