@@ -235,7 +235,7 @@ impl LocalNodes {
             }
             // The pid check matters: if another process's server already has this port, ours
             // fails to bind and exits, but that other server would answer a plain PING.
-            if server_pid(port, &self.password) == Some(child.id()) {
+            if ready_server_pid(port, &self.password) == Some(child.id()) {
                 return Ok(child);
             }
             if started.elapsed() > START_TIMEOUT {
@@ -318,16 +318,18 @@ fn free_port() -> io::Result<u16> {
     Err(last.unwrap_or_else(|| io::Error::other("no free port found")))
 }
 
-/// The `process_id` of the server answering on `port`, from `INFO server` (raw RESP: no client
-/// needed), or `None` when nothing answers.
-fn server_pid(port: u16, password: &str) -> Option<u32> {
+/// The `process_id` of the server answering on `port` once it serves commands, from
+/// `INFO server` followed by `PING` (raw RESP: no client needed); `None` when nothing answers
+/// or while it is still loading its data (`INFO` answers then, `PING` says `-LOADING`), so
+/// that a restarted durable master is not handed to a test before it can be read.
+fn ready_server_pid(port: u16, password: &str) -> Option<u32> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_millis(200)))
         .ok()?;
     stream
-        .write_all(format!("AUTH {password}\r\nINFO server\r\n").as_bytes())
+        .write_all(format!("AUTH {password}\r\nINFO server\r\nPING\r\n").as_bytes())
         .ok()?;
     let mut reply = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -338,10 +340,17 @@ fn server_pid(port: u16, password: &str) -> Option<u32> {
         }
         reply.extend_from_slice(&chunk[..n]);
         let text = String::from_utf8_lossy(&reply);
-        if let Some(rest) = text.split("process_id:").nth(1) {
-            if let Some(end) = rest.find("\r\n") {
-                return rest[..end].trim().parse().ok();
-            }
+        let Some(rest) = text.split("process_id:").nth(1) else {
+            continue;
+        };
+        let Some(end) = rest.find("\r\n") else {
+            continue;
+        };
+        if rest.contains("\r\n-") {
+            return None;
+        }
+        if rest.contains("\r\n+PONG\r\n") {
+            return rest[..end].trim().parse().ok();
         }
     }
     None
