@@ -124,10 +124,11 @@ where
 }
 
 /// A [`fan_out`] that counts votes: an answer `Ok(v)` is a yes when `grants(&v)`, a no
-/// otherwise, and an `Err` is a failure. Stops as soon as the vote is decided; each node's
-/// answer is logged at debug level.
+/// otherwise, and an `Err` is a failure. Stops as soon as `needed` said yes or can no longer
+/// say so; each node's answer is logged at debug level.
 pub(crate) async fn vote<T, F, Fut>(
     nodes: &[Node],
+    needed: usize,
     op: Operation,
     deadline: Instant,
     call: F,
@@ -138,15 +139,62 @@ where
     Fut: Future<Output = Answer<T>> + Send + 'static,
     T: Send + std::fmt::Debug + 'static,
 {
-    let mut tally = Tally::new(nodes.len());
+    let hearing = Hearing {
+        settled: |_: &T| true,
+        refusals_out: false,
+    };
+    vote_settled(nodes, needed, op, deadline, call, grants, hearing).await
+}
+
+/// How long a [`vote_settled`] listens beyond its decision.
+pub(crate) struct Hearing<S> {
+    /// Whether the yes votes so far settle the outcome (see [`vote_settled`]).
+    pub(crate) settled: S,
+    /// Whether a lost vote still waits for the other nodes' answers.
+    pub(crate) refusals_out: bool,
+}
+
+/// A [`vote`] that, once `needed` said yes, goes on collecting answers while `settled` says the
+/// yes votes so far leave the outcome open (grants that disagree on a lock's kept fencing
+/// token, which later answers may settle), until every node has answered or the deadline.
+/// `hearing.settled` is fed every yes vote in arrival order and says whether the outcome is
+/// settled with it. With `hearing.refusals_out`, a vote that can no longer pass also waits for
+/// the other answers (until the deadline), so that the caller knows which nodes refused.
+pub(crate) async fn vote_settled<T, F, Fut>(
+    nodes: &[Node],
+    needed: usize,
+    op: Operation,
+    deadline: Instant,
+    call: F,
+    grants: impl Fn(&T) -> bool,
+    hearing: Hearing<impl FnMut(&T) -> bool>,
+) -> (Tally, Vec<Option<Answer<T>>>)
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Answer<T>> + Send + 'static,
+    T: Send + std::fmt::Debug + 'static,
+{
+    let Hearing {
+        mut settled,
+        refusals_out,
+    } = hearing;
+    let mut tally = Tally::needing(nodes.len(), needed);
+    let mut open = false;
     let answers = fan_out(nodes, op, deadline, call, |i, answer| {
         tracing::debug!(node = nodes[i].addr(), operation = op.as_str(), answer = ?answer);
         match answer {
-            Ok(v) if grants(v) => tally.yes(),
+            Ok(v) if grants(v) => {
+                tally.yes();
+                open = !settled(v);
+            }
             Ok(_) => tally.no(),
             Err(_) => tally.failed(),
         }
-        tally.decision()
+        match tally.decision() {
+            Decision::Reached if open && tally.pending() > 0 => Decision::Pending,
+            Decision::Impossible if refusals_out && tally.pending() > 0 => Decision::Pending,
+            decision => decision,
+        }
     })
     .await;
     (tally, answers)

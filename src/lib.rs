@@ -66,16 +66,19 @@ pub mod fencing;
 mod guard;
 mod lock;
 pub mod metrics;
+mod multi;
 mod node;
 mod quorum;
 mod waiters;
 
 pub use client::{Client, ClientBuilder, LockInfo, NodeLockState};
 pub use config::options::LockOptions;
+pub use config::{LockKind, Owner};
 pub use doctor::{DoctorReport, NodeCheck, Problem, Severity};
 pub use error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 pub use guard::{GuardStatus, LockGuard, LockState, LockWatch, RenewOptions, RenewalStop};
 pub use lock::Lock;
+pub use multi::{MultiGuard, MultiLock};
 pub use node::NodeHealth;
 
 // The README's examples are compiled and run as doc tests.

@@ -1,15 +1,21 @@
 //! Metric names and recording helpers: what the library reports through the `metrics` facade.
 //!
 //! Every name starts with `redquorum_` and carries its unit; labels are bounded (operation,
-//! outcome, node address, error kind), never a lock name. Handles are looked up when a client
+//! outcome, node address, error kind, lock kind), never a lock name. Handles are looked up when a client
 //! is built, so install a recorder (for example `metrics-exporter-prometheus`) before building
 //! the [`Client`](crate::Client) whose metrics it should see.
 
 use metrics::{Gauge, Histogram, Unit};
 
+use crate::config::LockKind;
 use crate::error::Operation;
 
-/// Histogram, label `outcome`: time from the start of an acquire to its result, retries included.
+/// Histogram, labels `kind`, `outcome`: time from the start of an acquire to its result,
+/// retries included.
+///
+/// The `kind` label, here and on the other per-lock metrics, is
+/// [`LockKind::as_str`](crate::config::LockKind::as_str): `mutex`, `reentrant`, `read`, `write`
+/// or `semaphore` (each lock of a multi-lock counts as its own kind).
 pub const ACQUIRE_DURATION: &str = "redquorum_acquire_duration_seconds";
 /// Histogram, labels `node`, `operation`: time of one call to one node.
 pub const NODE_REQUEST_DURATION: &str = "redquorum_node_request_duration_seconds";
@@ -17,20 +23,21 @@ pub const NODE_REQUEST_DURATION: &str = "redquorum_node_request_duration_seconds
 pub const NODE_ERRORS: &str = "redquorum_node_errors_total";
 /// Counter, label `operation`: operations that could not reach a quorum.
 pub const QUORUM_FAILURES: &str = "redquorum_quorum_failures_total";
-/// Counter, label `outcome`: extensions of a held lock.
+/// Counter, labels `kind`, `outcome`: extensions of a held lock.
 pub const EXTENSIONS: &str = "redquorum_extensions_total";
-/// Counter, label `outcome`: releases.
+/// Counter, labels `kind`, `outcome`: releases.
 pub const RELEASES: &str = "redquorum_releases_total";
-/// Counter: locks found lost by their holder (an extend that found the lock gone or expired).
+/// Counter, label `kind`: locks found lost by their holder (an extend that found the lock gone
+/// or expired).
 pub const LOCKS_LOST: &str = "redquorum_locks_lost_total";
-/// Counter, label `outcome`: background renewals by a [`LockGuard`](crate::LockGuard):
+/// Counter, labels `kind`, `outcome`: background renewals by a [`LockGuard`](crate::LockGuard):
 /// renewed, failed (no quorum this time), lost, limit (a renewal limit was reached).
 pub const RENEWALS: &str = "redquorum_renewals_total";
 /// Counter, label `outcome`: locks that releases handed to a waiter of this process: taken
 /// (one token on a quorum), adopted (different attempts' tokens, held under one), given_back
 /// (too few masters within the per-node deadline, or too little validity left).
 pub const HANDOVERS: &str = "redquorum_handovers_total";
-/// Gauge: locks this process holds now.
+/// Gauge, label `kind`: locks this process holds now.
 pub const LOCKS_HELD: &str = "redquorum_locks_held";
 /// Gauge, label `node`: 1 when the node's last call got an answer, 0 when it failed.
 pub const NODE_UP: &str = "redquorum_node_up";
@@ -48,7 +55,7 @@ pub fn describe() {
     metrics::describe_histogram!(
         ACQUIRE_DURATION,
         Unit::Seconds,
-        "Acquire latency by outcome, retries included"
+        "Acquire latency by lock kind and outcome, retries included"
     );
     metrics::describe_histogram!(
         NODE_REQUEST_DURATION,
@@ -57,12 +64,15 @@ pub fn describe() {
     );
     metrics::describe_counter!(NODE_ERRORS, "Calls to a node that failed, by kind");
     metrics::describe_counter!(QUORUM_FAILURES, "Operations that could not reach a quorum");
-    metrics::describe_counter!(EXTENSIONS, "Extensions of held locks by outcome");
-    metrics::describe_counter!(RELEASES, "Releases by outcome");
-    metrics::describe_counter!(LOCKS_LOST, "Locks found lost by their holder");
-    metrics::describe_counter!(RENEWALS, "Background renewals by outcome");
+    metrics::describe_counter!(
+        EXTENSIONS,
+        "Extensions of held locks by lock kind and outcome"
+    );
+    metrics::describe_counter!(RELEASES, "Releases by lock kind and outcome");
+    metrics::describe_counter!(LOCKS_LOST, "Locks found lost by their holder, by lock kind");
+    metrics::describe_counter!(RENEWALS, "Background renewals by lock kind and outcome");
     metrics::describe_counter!(HANDOVERS, "Locks handed to a waiting caller, by outcome");
-    metrics::describe_gauge!(LOCKS_HELD, "Locks held by this process");
+    metrics::describe_gauge!(LOCKS_HELD, "Locks held by this process, by lock kind");
     metrics::describe_gauge!(NODE_UP, "Whether the node answered its last call");
     metrics::describe_gauge!(
         NODE_QUARANTINED,
@@ -142,47 +152,50 @@ fn op_index(op: Operation) -> usize {
     }
 }
 
-pub(crate) fn acquire_done(outcome: &'static str, seconds: f64) {
-    metrics::histogram!(ACQUIRE_DURATION, "outcome" => outcome).record(seconds);
+pub(crate) fn acquire_done(kind: &LockKind, outcome: &'static str, seconds: f64) {
+    metrics::histogram!(ACQUIRE_DURATION, "kind" => kind.as_str(), "outcome" => outcome)
+        .record(seconds);
 }
 
 pub(crate) fn quorum_failure(op: Operation) {
     metrics::counter!(QUORUM_FAILURES, "operation" => op.as_str()).increment(1);
 }
 
-pub(crate) fn extension(outcome: &'static str) {
-    metrics::counter!(EXTENSIONS, "outcome" => outcome).increment(1);
+pub(crate) fn extension(kind: &LockKind, outcome: &'static str) {
+    metrics::counter!(EXTENSIONS, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
 }
 
-pub(crate) fn release(outcome: &'static str) {
-    metrics::counter!(RELEASES, "outcome" => outcome).increment(1);
+pub(crate) fn release(kind: &LockKind, outcome: &'static str) {
+    metrics::counter!(RELEASES, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
 }
 
 pub(crate) fn handover(outcome: &'static str) {
     metrics::counter!(HANDOVERS, "outcome" => outcome).increment(1);
 }
 
-pub(crate) fn lock_lost() {
-    metrics::counter!(LOCKS_LOST).increment(1);
+pub(crate) fn lock_lost(kind: &LockKind) {
+    metrics::counter!(LOCKS_LOST, "kind" => kind.as_str()).increment(1);
 }
 
-/// Counts one lock in [`LOCKS_HELD`] for as long as it lives, wherever it moves.
+/// Counts one lock in [`LOCKS_HELD`] for as long as it lives, wherever it moves; the kind is
+/// kept so that the drop takes it off the same series.
 #[derive(Debug)]
-pub(crate) struct HeldGauge(());
+pub(crate) struct HeldGauge(&'static str);
 
 impl HeldGauge {
-    pub(crate) fn new() -> Self {
-        metrics::gauge!(LOCKS_HELD).increment(1.0);
-        HeldGauge(())
+    pub(crate) fn new(kind: &LockKind) -> Self {
+        let kind = kind.as_str();
+        metrics::gauge!(LOCKS_HELD, "kind" => kind).increment(1.0);
+        HeldGauge(kind)
     }
 }
 
 impl Drop for HeldGauge {
     fn drop(&mut self) {
-        metrics::gauge!(LOCKS_HELD).decrement(1.0);
+        metrics::gauge!(LOCKS_HELD, "kind" => self.0).decrement(1.0);
     }
 }
 
-pub(crate) fn renewal(outcome: &'static str) {
-    metrics::counter!(RENEWALS, "outcome" => outcome).increment(1);
+pub(crate) fn renewal(kind: &LockKind, outcome: &'static str) {
+    metrics::counter!(RENEWALS, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
 }

@@ -42,16 +42,24 @@ pub(crate) enum Decision {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Tally {
     nodes: usize,
+    needed: usize,
     yes: usize,
     no: usize,
     failed: usize,
 }
 
 impl Tally {
-    /// A tally for `nodes` nodes with no answer yet.
+    /// A tally for `nodes` nodes with no answer yet, decided by a majority.
+    #[cfg(test)]
     pub(crate) fn new(nodes: usize) -> Self {
+        Tally::needing(nodes, quorum(nodes))
+    }
+
+    /// A tally for `nodes` nodes with no answer yet, decided by `needed` of them.
+    pub(crate) fn needing(nodes: usize, needed: usize) -> Self {
         Tally {
             nodes,
+            needed,
             yes: 0,
             no: 0,
             failed: 0,
@@ -98,7 +106,7 @@ impl Tally {
     /// Whether the vote is decided: reached as soon as a quorum said yes, impossible as soon as
     /// the yes votes plus those still pending cannot make a quorum.
     pub(crate) fn decision(&self) -> Decision {
-        let needed = quorum(self.nodes);
+        let needed = self.needed;
         if self.yes >= needed {
             Decision::Reached
         } else if self.yes + self.pending() < needed {
@@ -122,9 +130,9 @@ pub(crate) enum Outlook {
 
 /// The outlook for a quorum: `out[i]` is `None` when node `i` may grant now, `Some(Some(t))`
 /// when it cannot before `t` (a quarantine that ends then), `Some(None)` when it cannot for
-/// no known time (a replica, a refused login, a server that is not there).
-pub(crate) fn outlook(out: &[Option<Option<Instant>>]) -> Outlook {
-    let needed = quorum(out.len());
+/// no known time (a replica, a refused login, a server that is not there). `needed` nodes
+/// make a quorum.
+pub(crate) fn outlook(out: &[Option<Option<Instant>>], needed: usize) -> Outlook {
     let open = out.iter().filter(|o| o.is_none()).count();
     if open >= needed {
         return Outlook::Open;
@@ -321,6 +329,7 @@ mod tests {
 
     #[test]
     fn the_outlook_waits_for_the_quarantines_that_make_a_quorum() {
+        let outlook = |out: &[Option<Option<Instant>>]| outlook(out, quorum(out.len()));
         let now = Instant::now();
         let (t1, t2) = (now + 2 * MS, now + 5 * MS);
         assert_eq!(outlook(&[None, None, Some(Some(t1))]), Outlook::Open);

@@ -157,15 +157,28 @@ async fn restarted_nodes_with_empty_script_caches_still_work() {
     for i in 0..3 {
         nodes.restart(i).unwrap();
     }
-    let lock = client
-        .acquire(
-            "restarted",
-            &common::opts(5_000).wait(std::time::Duration::from_secs(5)),
-        )
-        .await
-        .expect("acquire after every node restarted");
-    assert!(common::token_everywhere(&nodes, "restarted", lock.token()).await);
-    lock.release().await.unwrap();
+    // An acquire returns at a quorum: on a loaded machine the third node's connection may
+    // still be being made again, and the grant never sent there. Every node must take the
+    // script in one of a few acquires.
+    let mut everywhere = false;
+    for _ in 0..5 {
+        let lock = client
+            .acquire(
+                "restarted",
+                &common::opts(5_000).wait(std::time::Duration::from_secs(5)),
+            )
+            .await
+            .expect("acquire after every node restarted");
+        everywhere = common::token_everywhere(&nodes, "restarted", lock.token()).await;
+        lock.release().await.unwrap();
+        if everywhere {
+            break;
+        }
+    }
+    assert!(
+        everywhere,
+        "every restarted node granted one of the acquires"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

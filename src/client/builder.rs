@@ -107,6 +107,16 @@ impl ClientBuilder {
         self
     }
 
+    /// **Unsafe; for testing a checker only.** Grants semaphore permits on a bare majority of
+    /// the masters instead of the quorum [`LockKind::quorum`](crate::LockKind::quorum) gives,
+    /// which lets more holders in than there are permits. The chaos suite uses it as a
+    /// positive control: its checker must catch the over-admission.
+    #[doc(hidden)]
+    pub fn unsafe_majority_semaphores(mut self) -> Self {
+        self.settings.unsafe_majority_semaphores = true;
+        self
+    }
+
     /// Builds the client. Nothing is connected yet: each node connects on first use, so a node
     /// that is down at start-up blocks nothing.
     ///

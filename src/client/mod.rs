@@ -15,11 +15,12 @@ pub use builder::ClientBuilder;
 pub use inspect::{LockInfo, NodeLockState};
 
 use crate::cluster::Cluster;
-use crate::config::LockOptions;
+use crate::config::{LockKind, LockOptions};
 use crate::doctor::{self, DoctorReport};
 use crate::error::{Error, Result};
 use crate::guard::{LockGuard, LockWatch, RenewOptions};
 use crate::lock::{self, Lock};
+use crate::multi::{self, MultiGuard, MultiLock};
 
 /// A handle on N independent Redis masters; cheap to clone (all clones share the connections).
 ///
@@ -108,7 +109,23 @@ impl Client {
     /// [`Error::NotHeld`] when the token does not hold the lock on a quorum (wrong token, or the
     /// lock expired); otherwise as [`Lock::extend`].
     pub async fn extend_token(&self, name: &str, token: &str, ttl: Duration) -> Result<Lock> {
-        lock::extend_token(&self.cluster, name, token, ttl).await
+        lock::extend_token(&self.cluster, name, &LockKind::Mutex, token, ttl).await
+    }
+
+    /// [`Client::extend_token`] for a lock of any kind: `kind` as it was acquired with (for a
+    /// reentrant lock, the owner, and `token` the hold's).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::extend_token`].
+    pub async fn extend_token_as(
+        &self,
+        name: &str,
+        kind: &LockKind,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Lock> {
+        lock::extend_token(&self.cluster, name, kind, token, ttl).await
     }
 
     /// Releases a lock by name and token, as a stateless caller (the HTTP service) would.
@@ -122,7 +139,69 @@ impl Client {
     /// left behind expire at their TTL); [`Error::InvalidArgument`] for a bad name or token.
     /// A lock that is already gone everywhere counts as released.
     pub async fn release_token(&self, name: &str, token: &str) -> Result<()> {
-        lock::release_token(&self.cluster, name, token).await
+        lock::release_token(&self.cluster, name, &LockKind::Mutex, token).await
+    }
+
+    /// [`Client::release_token`] for a lock of any kind: `kind` as it was acquired with (for a
+    /// reentrant lock, the owner, and `token` the hold's; the lock is freed with its last hold).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::release_token`].
+    pub async fn release_token_as(&self, name: &str, kind: &LockKind, token: &str) -> Result<()> {
+        lock::release_token(&self.cluster, name, kind, token).await
+    }
+
+    /// Acquires every one of `names` with `opts` (each on its own quorum, of `opts`'s kind),
+    /// all or nothing: a multi-lock. Names are deduplicated and taken one after the other in
+    /// byte order, so that multi-locks over overlapping names cannot deadlock; `opts.wait`
+    /// bounds the whole acquire. While a later name is waited for, the names held are kept
+    /// alive; if one cannot be had, those already taken are released. The multi-lock's
+    /// validity is the shortest of its names'; each name has its own fencing token.
+    ///
+    /// ```no_run
+    /// # async fn f(client: redquorum::Client) -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let opts = redquorum::LockOptions::new(Duration::from_secs(10));
+    /// let both = client.acquire_all(&["account:17", "account:4"], &opts).await?;
+    /// let (from, to) = (both.fence_of("account:17"), both.fence_of("account:4"));
+    /// // ... move money, sending each account's fence with its writes ...
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for no names, more than
+    /// [`limits::MAX_MULTI_NAMES`](crate::config::limits::MAX_MULTI_NAMES), or a bad name or
+    /// option (no node is contacted); otherwise the error of the name that could not be had,
+    /// as [`Client::acquire`], or [`Error::Timeout`] when the names were all taken too late to
+    /// leave the minimum validity.
+    pub async fn acquire_all(&self, names: &[&str], opts: &LockOptions) -> Result<MultiLock> {
+        multi::acquire_all(&self.cluster, names, opts, opts.wait).await
+    }
+
+    /// [`Client::acquire_all`] making one attempt per name, without waiting.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire_all`].
+    pub async fn try_acquire_all(&self, names: &[&str], opts: &LockOptions) -> Result<MultiLock> {
+        multi::acquire_all(&self.cluster, names, opts, Duration::ZERO).await
+    }
+
+    /// Acquires a multi-lock and hands it to a renewing [`MultiGuard`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::acquire_all`] and [`MultiLock::into_guard`].
+    pub async fn acquire_all_guard(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+        renew: RenewOptions,
+    ) -> Result<MultiGuard> {
+        self.acquire_all(names, opts).await?.into_guard(renew)
     }
 
     /// Acquires a lock and hands it to a renewing [`LockGuard`].

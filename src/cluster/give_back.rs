@@ -9,6 +9,7 @@ use tokio::task::JoinHandle;
 use tracing::debug;
 
 use super::Cluster;
+use crate::config::LockKind;
 use crate::fanout::send_and_detach;
 use crate::node::Keys;
 use crate::node::{Place, Terms};
@@ -61,6 +62,11 @@ impl Cluster {
         how: GiveBack,
     ) -> Option<JoinHandle<()>> {
         let deadline = Instant::now() + self.settings.node_timeout;
+        // Only a mutex has places with terms; other kinds' waiters are woken, as by a release.
+        let how = match how {
+            GiveBack::KeepingPlace(..) if !keys.kind.may_be_fair() => GiveBack::PassingOn,
+            how => how,
+        };
         let (grants, how) = (Arc::new(grants), Arc::new(how));
         send_and_detach(self.nodes.len(), deadline, |i| {
             let (cluster, keys, grants, how) =
@@ -71,12 +77,10 @@ impl Cluster {
                 for grant in grants.iter().filter(|g| g.node == i) {
                     let answer = match &*how {
                         GiveBack::Silently => {
-                            node.release(keys.for_release(), &grant.token, "", grant.fence)
-                                .await
+                            node.release(&keys, &grant.token, "", grant.fence).await
                         }
                         GiveBack::PassingOn => {
-                            node.release(keys.for_release(), &grant.token, wake, grant.fence)
-                                .await
+                            node.release(&keys, &grant.token, wake, grant.fence).await
                         }
                         GiveBack::KeepingPlace(place, terms) => {
                             node.give_back(
@@ -104,7 +108,7 @@ pub(super) async fn orphans(cluster: Weak<Cluster>, mut orphans: mpsc::Unbounded
             return;
         };
         let Some(keys) = Keys::name_of_lock_key(&cluster.settings.key_prefix, &lock_key)
-            .and_then(|name| cluster.keys(name).ok())
+            .and_then(|name| cluster.keys(name, &LockKind::Mutex).ok())
         else {
             continue;
         };

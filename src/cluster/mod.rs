@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 pub(crate) use give_back::GiveBack;
 
-use crate::config::{ClientSettings, limits, validate_name};
+use crate::config::{ClientSettings, LockKind, limits, validate_name};
 use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 use crate::fanout::fan_out;
 use crate::node::{DeploymentKeys, Keys};
@@ -106,28 +106,33 @@ impl Cluster {
         self.nodes.iter().map(|n| n.addr().to_owned()).collect()
     }
 
-    /// The keys of a lock name on the nodes, once the name is checked.
-    pub(crate) fn keys(&self, name: &str) -> Result<Arc<Keys>> {
+    /// The keys of a lock name of `kind` on the nodes, once the name and kind are checked.
+    pub(crate) fn keys(&self, name: &str, kind: &LockKind) -> Result<Arc<Keys>> {
         validate_name(name)?;
-        Ok(Arc::new(Keys::new(
+        kind.validate()?;
+        let mut keys = Keys::new(
             &self.settings.key_prefix,
             name,
+            kind.clone(),
             self.deployment_keys.clone(),
-        )))
+        );
+        keys.majority_only = self.settings.unsafe_majority_semaphores;
+        Ok(Arc::new(keys))
     }
 
-    /// The error for an operation that fewer than a quorum of nodes answered.
+    /// The error for an operation that fewer than a quorum (`needed`) of nodes answered.
     pub(crate) fn unavailable(
         &self,
         operation: Operation,
         name: &str,
+        needed: usize,
         failures: Vec<NodeFailure>,
     ) -> Error {
         crate::metrics::quorum_failure(operation);
         Error::QuorumUnavailable {
             operation,
             name: name.to_owned(),
-            needed: self.quorum(),
+            needed,
             total: self.nodes.len(),
             failures,
         }

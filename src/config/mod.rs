@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+pub(crate) mod kind;
 pub(crate) mod options;
 
+pub(crate) use kind::random_token;
+pub use kind::{LockKind, Owner};
 pub(crate) use options::LockOptions;
 
 /// The values used when a setting is not given.
@@ -84,6 +87,10 @@ pub mod limits {
     pub const MAX_PREFIX_BYTES: usize = 128;
     /// Longest holder token accepted, in bytes: 128.
     pub const MAX_TOKEN_BYTES: usize = 128;
+    /// Most permits a semaphore may have: 1024.
+    pub const MAX_PERMITS: u32 = 1024;
+    /// Most names one multi-lock may take: 64.
+    pub const MAX_MULTI_NAMES: usize = 64;
     /// Most nodes a client may have: 31.
     pub const MAX_NODES: usize = 31;
     /// Largest drift factor accepted: 0.5.
@@ -103,6 +110,8 @@ pub(crate) struct ClientSettings {
     pub(crate) connect_timeout: Duration,
     pub(crate) drift_factor: f64,
     pub(crate) drift_min: Duration,
+    /// Semaphores granted by a bare majority: unsafe, for the chaos suite's positive control.
+    pub(crate) unsafe_majority_semaphores: bool,
 }
 
 impl Default for ClientSettings {
@@ -117,6 +126,7 @@ impl Default for ClientSettings {
             connect_timeout: defaults::CONNECT_TIMEOUT,
             drift_factor: defaults::DRIFT_FACTOR,
             drift_min: defaults::DRIFT_MIN,
+            unsafe_majority_semaphores: false,
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{ClientSettings, check_range, defaults, fmt, limits};
+use super::{ClientSettings, LockKind, check_range, defaults, fmt, limits};
 use crate::error::{Error, Result};
 
 /// Options for one acquire: TTL, how long to wait, how to pace retries.
@@ -23,6 +23,7 @@ pub struct LockOptions {
     pub(crate) retry_jitter: Duration,
     pub(crate) min_validity: Duration,
     pub(crate) fair: bool,
+    pub(crate) kind: LockKind,
 }
 
 impl Default for LockOptions {
@@ -34,6 +35,7 @@ impl Default for LockOptions {
             retry_jitter: defaults::RETRY_JITTER,
             min_validity: defaults::MIN_VALIDITY,
             fair: defaults::FAIR,
+            kind: LockKind::Mutex,
         }
     }
 }
@@ -88,6 +90,19 @@ impl LockOptions {
         self
     }
 
+    /// The kind of lock to take: a mutex (the default), a hold of a reentrant lock, a reader's
+    /// or the writer's share of a read-write lock, or a semaphore's permit. The kinds other
+    /// than the mutex are never fair (see [`LockKind`]).
+    pub fn kind(mut self, kind: LockKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Whether this acquire queues fairly: asked for, and possible for its kind.
+    pub(crate) fn is_fair(&self) -> bool {
+        self.fair && self.kind.may_be_fair()
+    }
+
     /// Least validity an attempt must leave to succeed. Default: [`defaults::MIN_VALIDITY`].
     pub fn min_validity(mut self, min: Duration) -> Self {
         self.min_validity = min;
@@ -97,6 +112,7 @@ impl LockOptions {
     /// Checks every option against [`limits`] and against the client's drift allowance.
     pub(crate) fn validate(&self, settings: &ClientSettings) -> Result<()> {
         settings.validate_ttl(self.ttl)?;
+        self.kind.validate()?;
         if self.wait > limits::MAX_WAIT {
             return Err(Error::invalid(
                 "wait",

@@ -29,9 +29,16 @@ fn needed(key: &str, channel: &str) -> Vec<(&'static str, Cmd)> {
         cmd("ZADD", &[key, "0", "doctor"]),
         cmd("ZRANGE", &[key, "0", "0"]),
         cmd("ZREM", &[key, "doctor"]),
+        // The read-write lock's and the semaphore's holders.
+        cmd("ZSCORE", &[key, "doctor"]),
+        cmd("ZCOUNT", &[key, "0", "+inf"]),
+        cmd("ZRANGEBYSCORE", &[key, "0", "+inf"]),
+        cmd("ZREMRANGEBYSCORE", &[key, "0", "0"]),
         cmd("HSET", &[key, "doctor", "1"]),
         cmd("HGET", &[key, "doctor"]),
         cmd("HDEL", &[key, "doctor"]),
+        // A reentrant lock's holds.
+        cmd("HLEN", &[key]),
         cmd("PEXPIRE", &[key, "60000"]),
         cmd("TIME", &[]),
         cmd("INFO", &["server"]),

@@ -153,7 +153,7 @@ impl NodeCheck {
     }
 }
 
-/// What [`Client::doctor`] found.
+/// What [`Client::doctor`](crate::Client::doctor) found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DoctorReport {

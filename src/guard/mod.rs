@@ -54,7 +54,7 @@ pub enum RenewalStop {
     MaxRenewals,
     /// [`RenewOptions::max_hold`] was reached: the lock now expires at that point.
     MaxHold,
-    /// Every [`Client`] handle was dropped, so there is nothing to renew with.
+    /// Every [`Client`](crate::Client) handle was dropped, so there is nothing to renew with.
     ClientDropped,
 }
 

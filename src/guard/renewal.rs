@@ -86,7 +86,7 @@ impl Renewal {
             drop(cluster);
             match extended.outcome {
                 Ok(_fence) => {
-                    crate::metrics::renewal("renewed");
+                    crate::metrics::renewal(&self.keys.kind, "renewed");
                     debug!(valid_for = ?extended.valid_until.saturating_duration_since(Instant::now()), "renewed");
                     self.status.send_modify(|s| {
                         s.state = LockState::Held;
@@ -104,7 +104,7 @@ impl Renewal {
                     self.lose("a quorum of nodes no longer has it");
                 }
                 Err(e) => {
-                    crate::metrics::renewal("failed");
+                    crate::metrics::renewal(&self.keys.kind, "failed");
                     warn!("renewal failed, retrying while the lock is valid: {e}");
                     self.status.send_modify(|s| {
                         s.state = LockState::Suspect;
@@ -144,7 +144,7 @@ impl Renewal {
     }
 
     fn stop(&self, reason: RenewalStop) {
-        crate::metrics::renewal("limit");
+        crate::metrics::renewal(&self.keys.kind, "limit");
         warn!(
             ?reason,
             "renewal stopped; the lock runs out at the end of its validity"
@@ -153,8 +153,8 @@ impl Renewal {
     }
 
     fn lose(&self, why: &str) {
-        crate::metrics::renewal("lost");
-        crate::metrics::lock_lost();
+        crate::metrics::renewal(&self.keys.kind, "lost");
+        crate::metrics::lock_lost(&self.keys.kind);
         warn!("lock lost: {why}");
         self.status.send_modify(|s| s.state = LockState::Lost);
     }

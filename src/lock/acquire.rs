@@ -7,11 +7,12 @@ use std::time::{Duration, Instant};
 use tracing::{Instrument, debug, debug_span};
 
 use super::Lock;
-use super::attempt::{FailedAttempt, attempt, new_token};
+use super::attempt::{FailedAttempt, attempt};
 use super::handover::handed_over;
 use super::queue::Queued;
 use crate::cluster::{Cluster, GiveBack};
 use crate::config::LockOptions;
+use crate::config::random_token;
 use crate::error::{Error, Result};
 use crate::quorum::{Outlook, outlook};
 
@@ -58,13 +59,13 @@ pub(crate) async fn acquire(
 ) -> Result<Lock> {
     let started = Instant::now();
     let result = async {
-        let keys = cluster.keys(name)?;
+        let keys = cluster.keys(name, &opts.kind)?;
         opts.validate(&cluster.settings)?;
         let wait_until = started + wait;
         let waiters = &cluster.waiters;
         // A caller that waits queues on the nodes under one id for all its attempts, so it
         // keeps its turn from one attempt to the next.
-        let mut queued = if wait.is_zero() || !opts.fair {
+        let mut queued = if wait.is_zero() || !opts.is_fair() {
             None
         } else {
             // Subscribed before the first attempt, so that no release is missed.
@@ -79,7 +80,7 @@ pub(crate) async fn acquire(
             // An unfair caller polls at first, as its own retries are what win it a free
             // lock; once it has waited a while, it queues too, to be woken by releases.
             if queued.is_none()
-                && !opts.fair
+                && !opts.is_fair()
                 && !wait.is_zero()
                 && started.elapsed() >= UNFAIR_QUEUE_AFTER
             {
@@ -97,13 +98,14 @@ pub(crate) async fn acquire(
             // node after this attempt's grant (its connection still being made, or a
             // script resent after NOSCRIPT), and must then find nothing of its own to
             // delete rather than this attempt's grant.
-            let token: Arc<str> = new_token()?.into();
+            let token: Arc<str> = random_token()?.into();
             if let Some(q) = queued.as_mut() {
                 q.book_attempt(&token);
             }
             let FailedAttempt {
                 error,
                 split,
+                granted,
                 took,
                 released,
                 handed_over,
@@ -154,7 +156,7 @@ pub(crate) async fn acquire(
                     }
                 })
                 .collect();
-            let reopens = match outlook(&out) {
+            let reopens = match outlook(&out, keys.quorum(cluster.nodes.len())) {
                 Outlook::Open => None,
                 Outlook::At(t) if t <= wait_until => Some(t),
                 Outlook::At(_) | Outlook::Closed => {
@@ -178,10 +180,18 @@ pub(crate) async fn acquire(
                 // Perhaps on a quorum already: look before anything else.
                 continue;
             }
+            // A fair waiter in line that its masters can wake: the release that makes it first
+            // hands it the lock. Votes split between other holders (a hand-over that its
+            // attempt met half-way across the masters) are not its to settle: retrying at
+            // once only sends more attempts at the masters, and slows the hand-overs.
+            let waiting_in_line = queued.as_ref().is_some_and(|q| q.in_line)
+                && opts.is_fair()
+                && matches!(error, Error::Contended { .. })
+                && waiters.subscribed_count() >= cluster.quorum();
             let delay = if let Some(t) = reopens {
                 debug!(attempt = attempts, error = %error, "a quorum is kept out until quarantines end; waiting for them");
                 t.saturating_duration_since(now)
-            } else if split {
+            } else if split && (granted || !waiting_in_line) {
                 // Nobody won: contenders arrived together and split the votes, or the
                 // nodes did not yet agree on whose turn it is (each refused attempt queues
                 // its caller, so they do now). Spread the retries over a short window so
@@ -196,16 +206,18 @@ pub(crate) async fn acquire(
                     Duration::from_micros(rand::random_range(0..spread)).min(wait_until - now);
                 debug!(attempt = attempts, delay = ?delay, "split vote; retrying soon");
                 delay
-            } else if queued.as_ref().is_some_and(|q| q.in_line)
-                && opts.fair
-                && matches!(error, Error::Contended { .. })
-                && waiters.subscribed_count() >= cluster.quorum()
-            {
+            } else if waiting_in_line {
                 let delay = retry_delay(opts).max(WAKE_FALLBACK).min(wait_until - now);
                 debug!(attempt = attempts, delay = ?delay, "in line; waiting to be woken");
                 delay
             } else {
-                let delay = retry_delay(opts).min(wait_until - now);
+                let mut delay = retry_delay(opts).min(wait_until - now);
+                if queued.is_none() && !opts.is_fair() {
+                    // Not yet queued, so no release can wake it: its next attempt comes when
+                    // it queues, not a whole retry delay later (a delay longer than the
+                    // holder's remaining time would have it sleep through the release).
+                    delay = delay.min(UNFAIR_QUEUE_AFTER.saturating_sub(started.elapsed()));
+                }
                 debug!(attempt = attempts, error = %error, delay = ?delay, "attempt failed; retrying");
                 delay
             };
@@ -227,7 +239,7 @@ pub(crate) async fn acquire(
         Ok(_) => "acquired",
         Err(e) => e.code(),
     };
-    crate::metrics::acquire_done(outcome, started.elapsed().as_secs_f64());
+    crate::metrics::acquire_done(&opts.kind, outcome, started.elapsed().as_secs_f64());
     result
 }
 

@@ -3,25 +3,22 @@
 
 use std::sync::Arc;
 
-use rand::TryRng;
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 use tracing::debug;
 
+use super::fence::{fence_of, kept_fence_agreed};
 use super::queue::Queued;
 use crate::cluster::{Cluster, GiveBack};
 use crate::config::LockOptions;
 use crate::deployment::{is_unmarked, mark_in_background};
 use crate::error::{Error, NodeFailureKind, Operation, Result};
-use crate::fanout::{Answer, addrs_where, failures, vote};
+use crate::fanout::{Answer, Hearing, addrs_where, failures, vote_settled};
 use crate::node::Keys;
-use crate::node::{AcquireReply, Terms};
+use crate::node::{AcquireReply, Proposal, Terms};
 use crate::quorum::{AcquireVote, Decision, is_split, validity};
 use crate::waiters::Grant;
-
-/// Bytes of OS randomness in a holder token (hex-encoded, so tokens are 32 characters).
-const TOKEN_BYTES: usize = 16;
 
 /// Stale proposals answered at once before an attempt counts as failed.
 const MAX_PROPOSAL_ROUNDS: u32 = 4;
@@ -45,7 +42,8 @@ pub(super) async fn attempt(
     let nodes = &cluster.nodes;
     let ttl = opts.ttl;
     let drift = settings.drift(ttl);
-    let fair = opts.fair;
+    let fair = opts.is_fair();
+    let quorum = keys.quorum(nodes.len());
     let place = queued.as_ref().map(|q| q.place_for_attempt());
     let mut cleanup = ReleaseOnDrop {
         cluster,
@@ -57,6 +55,7 @@ pub(super) async fn attempt(
     let refused = |error| FailedAttempt {
         error,
         split: false,
+        granted: false,
         took: attempt_started.elapsed(),
         released: None,
         handed_over: false,
@@ -65,14 +64,25 @@ pub(super) async fn attempt(
     let mut proposal = cluster.propose(name, 0).map_err(refused)?;
     let mut round = 0;
     let mut marked = false;
+    // Set once grants that keep the lock's fencing token (a reader's, a reentrant hold's)
+    // disagreed on it.
+    let mut refence = false;
     let (error, answers) = loop {
         round += 1;
         let start = Instant::now();
         // A node answering at the very deadline must still leave the minimum validity.
         let budget = ttl.saturating_sub(drift).saturating_sub(opts.min_validity);
         let deadline = start + settings.node_timeout.min(budget);
-        let (tally, answers) = vote(
+        let offer = Proposal {
+            fence: proposal,
+            refence,
+        };
+        // Grants that keep the lock's fencing token, as they come: while they disagree, the
+        // vote waits for the other masters, whose grants may settle it (see `fence_of`).
+        let mut kept: Vec<u64> = Vec::new();
+        let (tally, answers) = vote_settled(
             nodes,
+            quorum,
             Operation::Acquire,
             deadline,
             |i| {
@@ -80,14 +90,7 @@ pub(super) async fn attempt(
                     (cluster.clone(), keys.clone(), token.clone(), place.clone());
                 async move {
                     let answer = cluster.nodes[i]
-                        .acquire(
-                            keys.for_acquire(),
-                            &token,
-                            ttl,
-                            proposal,
-                            place.as_ref(),
-                            fair,
-                        )
+                        .acquire(&keys, &token, ttl, offer, place.as_ref(), fair)
                         .await;
                     if matches!(answer, Err(NodeFailureKind::Unmarked)) {
                         // Heard after the vote was decided, perhaps: mark it anyway, so
@@ -97,22 +100,74 @@ pub(super) async fn attempt(
                     answer
                 }
             },
-            |reply| matches!(reply, AcquireReply::Granted(_)),
+            |reply| matches!(reply, AcquireReply::Granted(_) | AcquireReply::Kept(..)),
+            Hearing {
+                settled: |reply: &AcquireReply| {
+                    if let AcquireReply::Kept(fence, _) = reply {
+                        kept.push(*fence);
+                    }
+                    kept.is_empty() || kept_fence_agreed(&kept, quorum)
+                },
+                // A waiter hears every master out, even once the vote is lost: a master
+                // whose refusal came after the decision would otherwise be sent a give-back,
+                // one more script call on every master for each refused attempt under
+                // contention. The waiter waits anyway; the deadline still bounds a silent
+                // master.
+                refusals_out: queued.is_some(),
+            },
         )
         .await;
         let elapsed = start.elapsed();
+
         if let Some(q) = queued.as_mut() {
             q.book_answers(&answers);
-            q.keep_in_line_if_reaching(&answers, cluster.quorum());
+            q.keep_in_line_if_reaching(&answers, quorum);
         }
 
         let unmarked = answers.iter().any(is_unmarked);
         if tally.decision() == Decision::Reached {
             match validity(ttl, elapsed, drift) {
                 Some(v) if v >= opts.min_validity => {
+                    let fence = match fence_of(&answers, quorum) {
+                        Ok(fence) => fence.unwrap_or(proposal),
+                        Err(_)
+                            if answers
+                                .iter()
+                                .any(|a| matches!(a, Some(Ok(AcquireReply::Kept(_, true))))) =>
+                        {
+                            // The owner holds the lock on masters too few to confirm its
+                            // token (one of them is silent, or lost it): another hold now
+                            // would carry another token than the owner's holds carry. Refused,
+                            // to be asked again once a quorum of them answers.
+                            debug!("too few masters confirm the owner's lock; refusing the hold");
+                            let failures = failures(nodes, &answers);
+                            break (
+                                cluster.unavailable(Operation::Acquire, name, quorum, failures),
+                                answers,
+                            );
+                        }
+                        Err(highest) if round < MAX_PROPOSAL_ROUNDS => {
+                            // Grants that keep the lock's fencing token but do not agree
+                            // on it (a reader's; a reentrant lock that only this attempt
+                            // holds, granted in an earlier round on some masters): a new one
+                            // above them all, on every master that has the lock, at once.
+                            debug!(highest, "the grants disagree on the fence; refencing");
+                            refence = true;
+                            cluster.note_fence(highest);
+                            proposal = cluster.propose(name, highest).map_err(refused)?;
+                            continue;
+                        }
+                        Err(_) => {
+                            let failures = failures(nodes, &answers);
+                            break (
+                                cluster.unavailable(Operation::Acquire, name, quorum, failures),
+                                answers,
+                            );
+                        }
+                    };
                     cleanup.armed = false;
-                    cluster.note_fence(proposal);
-                    return Ok((start + ttl - drift, proposal));
+                    cluster.note_fence(fence);
+                    return Ok((start + ttl - drift, fence));
                 }
                 _ => {
                     let error = Error::Timeout {
@@ -162,7 +217,7 @@ pub(super) async fn attempt(
         }
         let failures = failures(nodes, &answers);
         let error = if holders.is_empty() && reserved.is_empty() {
-            cluster.unavailable(Operation::Acquire, name, failures)
+            cluster.unavailable(Operation::Acquire, name, quorum, failures)
         } else {
             Error::Contended {
                 name: name.to_owned(),
@@ -174,7 +229,7 @@ pub(super) async fn attempt(
         };
         break (error, answers);
     };
-    let split = split(&answers, cluster.quorum());
+    let split = split(&answers, quorum);
     // Locks that releases handed to this waiter, whose messages may have been lost: booked
     // as if heard.
     let handed: Vec<Grant> = answers
@@ -225,9 +280,16 @@ pub(super) async fn attempt(
     };
     let released = cluster.release_in_background(keys, token, how, ours);
     cleanup.armed = false;
+    let granted = answers.iter().any(|a| {
+        matches!(
+            a,
+            Some(Ok(AcquireReply::Granted(_) | AcquireReply::Kept(..)))
+        )
+    });
     Err(FailedAttempt {
         error,
         split,
+        granted,
         took: attempt_started.elapsed(),
         released,
         handed_over,
@@ -262,6 +324,9 @@ pub(super) struct FailedAttempt {
     /// Other holders answered, but no one holder on a quorum of the nodes that answered:
     /// contenders arrived together and split the votes (or the answers were too few to tell).
     pub(super) split: bool,
+    /// Some node granted this attempt: the caller was one of the contenders, not a waiter
+    /// that only saw others' locks.
+    pub(super) granted: bool,
     /// How long the attempt took.
     pub(super) took: Duration,
     /// The release of the attempt's grants, finishing in the background.
@@ -302,7 +367,7 @@ fn kept_out<T>(answer: &Option<Answer<T>>) -> Option<Option<Instant>> {
 fn vote_of(answer: &Option<Answer<AcquireReply>>) -> AcquireVote {
     match answer {
         Some(Ok(AcquireReply::Held(_, fence))) => AcquireVote::HeldBy(*fence),
-        Some(Ok(AcquireReply::Granted(_))) => AcquireVote::Granted,
+        Some(Ok(AcquireReply::Granted(_) | AcquireReply::Kept(..))) => AcquireVote::Granted,
         Some(Ok(AcquireReply::Reserved)) => AcquireVote::Reserved,
         _ => AcquireVote::Other,
     }
@@ -311,20 +376,6 @@ fn vote_of(answer: &Option<Answer<AcquireReply>>) -> AcquireVote {
 /// Whether an attempt's answers show a split vote (see [`is_split`]).
 fn split(answers: &[Option<Answer<AcquireReply>>], quorum: usize) -> bool {
     is_split(answers.iter().map(vote_of), quorum)
-}
-
-/// A fresh holder token: [`TOKEN_BYTES`] bytes from the OS generator, hex-encoded.
-pub(super) fn new_token() -> Result<String> {
-    let mut bytes = [0u8; TOKEN_BYTES];
-    rand::rngs::SysRng
-        .try_fill_bytes(&mut bytes)
-        .map_err(|e| Error::Entropy(e.to_string()))?;
-    let mut token = String::with_capacity(TOKEN_BYTES * 2);
-    for b in bytes {
-        use std::fmt::Write;
-        let _ = write!(token, "{b:02x}");
-    }
-    Ok(token)
 }
 
 #[cfg(test)]
@@ -382,14 +433,5 @@ mod tests {
         assert_eq!(kept_out(&failed(NodeFailureKind::Unmarked)), None);
         assert_eq!(kept_out(&Some(Ok(AcquireReply::Reserved))), None);
         assert_eq!(kept_out::<AcquireReply>(&None), None);
-    }
-
-    #[test]
-    fn tokens_are_128_bit_hex_and_distinct() {
-        let a = new_token().unwrap();
-        let b = new_token().unwrap();
-        assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, b);
     }
 }

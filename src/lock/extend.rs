@@ -8,7 +8,7 @@ use tracing::{Instrument, debug_span};
 
 use super::Lock;
 use crate::cluster::Cluster;
-use crate::config::validate_token;
+use crate::config::{LockKind, validate_token};
 use crate::error::{Error, Operation, Result};
 use crate::fanout::{failures, vote};
 use crate::node::Keys;
@@ -23,10 +23,11 @@ use crate::quorum::Decision;
 pub(crate) async fn extend_token(
     cluster: &Arc<Cluster>,
     name: &str,
+    kind: &LockKind,
     token: &str,
     ttl: Duration,
 ) -> Result<Lock> {
-    let keys = cluster.keys(name)?;
+    let keys = cluster.keys(name, kind)?;
     validate_token(token)?;
     cluster.settings.validate_ttl(ttl)?;
     let token: Arc<str> = token.into();
@@ -66,17 +67,15 @@ pub(crate) async fn extend_key(
     let certain_until = held_until.map_or(new_ttl_ends, |held| held.min(new_ttl_ends));
     // Answers after that are of no use: the lock may be gone by then.
     let deadline = certain_until.min(start + settings.node_timeout);
+    let quorum = keys.quorum(nodes.len());
     let (tally, answers) = vote(
         nodes,
+        quorum,
         Operation::Extend,
         deadline,
         |i| {
             let (cluster, keys, token) = (cluster.clone(), keys.clone(), token.clone());
-            async move {
-                cluster.nodes[i]
-                    .extend(keys.for_extend(), &token, ttl)
-                    .await
-            }
+            async move { cluster.nodes[i].extend(&keys, &token, ttl).await }
         },
         Option::is_some,
     )
@@ -84,7 +83,7 @@ pub(crate) async fn extend_key(
     .await;
     let in_time = Instant::now() < certain_until;
     if tally.decision() == Decision::Reached && in_time {
-        crate::metrics::extension("extended");
+        crate::metrics::extension(&keys.kind, "extended");
         // Every node that has the lock has the holder's token as its counter.
         let fence = answers
             .iter()
@@ -96,9 +95,8 @@ pub(crate) async fn extend_key(
         };
     }
     // Refusals alone rule a quorum out: the lock is gone, whatever the failed nodes say.
-    let quorum = cluster.quorum();
     if !in_time || nodes.len() - tally.no_count() < quorum {
-        crate::metrics::extension("lost");
+        crate::metrics::extension(&keys.kind, "lost");
         return Extended {
             valid_until: start.min(certain_until),
             outcome: Err(Error::NotHeld {
@@ -106,7 +104,7 @@ pub(crate) async fn extend_key(
             }),
         };
     }
-    crate::metrics::extension("unavailable");
+    crate::metrics::extension(&keys.kind, "unavailable");
     crate::metrics::quorum_failure(Operation::Extend);
     Extended {
         valid_until: certain_until,

@@ -1,11 +1,13 @@
 //! Acquire, extend and release on a quorum, and the [`Lock`] handle a holder keeps.
 //!
 //! `acquire` makes the attempts, `queue` keeps a waiting caller's place in the lock's queue on
-//! the nodes, `extend` and `release` act on a held lock.
+//! the nodes, `fence` tells an attempt's fencing token from its grants, `extend` and `release`
+//! act on a held lock.
 
 mod acquire;
 mod attempt;
 mod extend;
+mod fence;
 mod handover;
 mod queue;
 mod release;
@@ -19,6 +21,7 @@ pub(crate) use extend::{extend_key, extend_token};
 pub(crate) use release::{release_key, release_token};
 
 use crate::cluster::Cluster;
+use crate::config::LockKind;
 use crate::error::{Error, Result};
 use crate::metrics::HeldGauge;
 use crate::node::Keys;
@@ -62,7 +65,7 @@ impl Lock {
         valid_until: Instant,
     ) -> Self {
         Lock {
-            held: HeldGauge::new(),
+            held: HeldGauge::new(&keys.kind),
             cluster: cluster.clone(),
             name: name.to_owned(),
             keys,
@@ -76,6 +79,11 @@ impl Lock {
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The kind of lock held (a mutex unless the acquire asked for another).
+    pub fn kind(&self) -> &LockKind {
+        &self.keys.kind
     }
 
     /// The holder's token: 128 random bits from the operating system, hex-encoded, after
@@ -132,8 +140,8 @@ impl Lock {
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         self.cluster.settings.validate_ttl(ttl)?;
         if !self.is_valid() {
-            crate::metrics::extension("lost");
-            crate::metrics::lock_lost();
+            crate::metrics::extension(self.kind(), "lost");
+            crate::metrics::lock_lost(self.kind());
             return Err(Error::LockLost {
                 name: self.name.clone(),
             });
@@ -154,7 +162,7 @@ impl Lock {
                 Ok(())
             }
             Err(Error::NotHeld { name }) => {
-                crate::metrics::lock_lost();
+                crate::metrics::lock_lost(self.kind());
                 Err(Error::LockLost { name })
             }
             Err(e) => Err(e),

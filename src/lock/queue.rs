@@ -57,7 +57,7 @@ impl<'a> Queued<'a> {
             .unwrap_or_default()
             .saturating_sub(started.elapsed());
         // A fair waiter in line may poll only every WAKE_FALLBACK (see acquire.rs).
-        let pause = if opts.fair {
+        let pause = if opts.is_fair() {
             (opts.retry_delay + opts.retry_jitter).max(WAKE_FALLBACK)
         } else {
             opts.retry_delay + opts.retry_jitter
@@ -169,7 +169,11 @@ impl<'a> Queued<'a> {
         for (on, answer) in self.may_be_queued_on.iter_mut().zip(answers) {
             match answer {
                 // A grant, or a release's handover, takes the place off the queue.
-                Some(Ok(AcquireReply::Granted(_) | AcquireReply::HandedOver(..))) => *on = false,
+                Some(Ok(
+                    AcquireReply::Granted(_)
+                    | AcquireReply::Kept(..)
+                    | AcquireReply::HandedOver(..),
+                )) => *on = false,
                 // A stale proposal is answered before the queue is touched.
                 Some(Ok(AcquireReply::Stale(_))) => {}
                 _ => *on = true,

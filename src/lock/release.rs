@@ -6,7 +6,7 @@ use std::time::Instant;
 use tracing::{Instrument, debug_span};
 
 use crate::cluster::Cluster;
-use crate::config::validate_token;
+use crate::config::{LockKind, validate_token};
 use crate::error::{Error, Operation, Result};
 use crate::fanout::{failures, vote};
 use crate::node::Keys;
@@ -22,8 +22,13 @@ use crate::node::ReleaseReply;
 /// is changed); [`Error::QuorumUnavailable`] when fewer than a quorum of nodes answered (keys
 /// left behind expire at their TTL); [`Error::InvalidArgument`] for a bad name or token.
 /// A lock that is already gone everywhere counts as released.
-pub(crate) async fn release_token(cluster: &Arc<Cluster>, name: &str, token: &str) -> Result<()> {
-    let keys = cluster.keys(name)?;
+pub(crate) async fn release_token(
+    cluster: &Arc<Cluster>,
+    name: &str,
+    kind: &LockKind,
+    token: &str,
+) -> Result<()> {
+    let keys = cluster.keys(name, kind)?;
     validate_token(token)?;
     release_key(cluster, name, &keys, &token.into(), 0).await
 }
@@ -49,18 +54,14 @@ pub(crate) async fn release_key(
     // background.
     let (_, answers) = vote(
         nodes,
+        quorum,
         Operation::Release,
         deadline,
         |i| {
             let (cluster, keys, token) = (cluster.clone(), keys.clone(), token.clone());
             async move {
                 cluster.nodes[i]
-                    .release(
-                        keys.for_release(),
-                        &token,
-                        cluster.waiters.wake_prefix(),
-                        fence,
-                    )
+                    .release(&keys, &token, cluster.waiters.wake_prefix(), fence)
                     .await
             }
         },
@@ -80,15 +81,15 @@ pub(crate) async fn release_key(
         count(ReleaseReply::Foreign),
     );
     if deleted + absent >= quorum || (deleted > 0 && deleted + absent + foreign >= quorum) {
-        crate::metrics::release("released");
+        crate::metrics::release(&keys.kind, "released");
         return Ok(());
     }
     if deleted == 0 && foreign > 0 {
-        crate::metrics::release("not_held");
+        crate::metrics::release(&keys.kind, "not_held");
         return Err(Error::NotHeld {
             name: name.to_owned(),
         });
     }
-    crate::metrics::release("unavailable");
-    Err(cluster.unavailable(Operation::Release, name, failures(nodes, &answers)))
+    crate::metrics::release(&keys.kind, "unavailable");
+    Err(cluster.unavailable(Operation::Release, name, quorum, failures(nodes, &answers)))
 }

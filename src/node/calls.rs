@@ -1,14 +1,15 @@
 //! The calls a lock makes on one node (acquire, extend, release, give back, dequeue, the
-//! deployment marker, PTTL), and what a waiter sends with them.
+//! deployment marker), and what a waiter sends with them.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 
 use super::replies::{non_negative, release_reply, unexpected};
 use super::scripts::SCRIPTS;
-use super::{AcquireReply, DeploymentState, Node, ReleaseReply};
+use super::{AcquireReply, DeploymentState, Keys, Node, ReleaseReply};
+use crate::config::LockKind;
 use crate::error::{NodeFailureKind, Operation};
 
 /// A waiting caller's place in a lock's queue on the nodes.
@@ -33,32 +34,69 @@ pub(crate) struct Terms {
     pub(crate) proposal: u64,
 }
 
+/// The fencing token an attempt proposes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Proposal {
+    pub(crate) fence: u64,
+    /// Whether a grant that keeps the lock's token (a reader's, another hold's of a reentrant
+    /// lock) raises it to `fence` first if it is lower (see `lua/reentrant_acquire.lua`).
+    pub(crate) refence: bool,
+}
+
 impl Node {
-    /// Asks the node to take the lock for `token` with fencing token `fence`, queueing `place`
+    /// Asks the node to take the lock for `token` with fencing token `proposal`, queueing `place`
     /// (when the caller waits) if the lock is not to be had. Keys: the lock, its fencing
     /// counter, its queue and the queue's lapse times.
+    ///
+    /// The kind of lock `keys` are for picks the script: a reentrant lock's holder is its
+    /// owner, and `token` names the hold.
     pub(crate) async fn acquire(
         &self,
-        keys: [&str; 7],
+        keys: &Keys,
         token: &str,
         ttl: Duration,
-        fence: u64,
+        proposal: Proposal,
         place: Option<&Place>,
         fair: bool,
     ) -> std::result::Result<AcquireReply, NodeFailureKind> {
+        let Proposal { fence, refence } = proposal;
+        let (script, holder) = match &keys.kind {
+            LockKind::Mutex => (&SCRIPTS.acquire, token),
+            LockKind::Reentrant(owner) => (&SCRIPTS.reentrant_acquire, owner.id()),
+            LockKind::Read | LockKind::Write => (&SCRIPTS.rw_acquire, token),
+            LockKind::Semaphore { .. } => (&SCRIPTS.semaphore_acquire, token),
+        };
         let (value, link) = self
-            .eval(Operation::Acquire, &SCRIPTS.acquire, &keys, |c| {
-                c.arg(token).arg(millis(ttl)).arg(fence);
+            .eval(Operation::Acquire, script, &keys.for_acquire(), |c| {
+                c.arg(holder).arg(millis(ttl)).arg(fence);
                 match place {
                     Some(p) => c.arg(&*p.waiter).arg(p.priority).arg(millis(p.life)),
                     None => c.arg("").arg(0).arg(0),
                 };
                 c.arg(u8::from(fair));
+                match &keys.kind {
+                    LockKind::Mutex => {}
+                    LockKind::Reentrant(_) => {
+                        c.arg(token).arg(u8::from(refence));
+                    }
+                    LockKind::Read => {
+                        c.arg("r").arg(u8::from(refence));
+                    }
+                    LockKind::Write => {
+                        c.arg("w").arg(0);
+                    }
+                    LockKind::Semaphore { permits } => {
+                        c.arg(*permits);
+                    }
+                }
             })
             .await?;
         let reply = match value {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(1), Value::Int(fence)] => AcquireReply::Granted(non_negative(*fence)),
+                [Value::Int(8), Value::Int(fence), Value::Int(others)] => {
+                    AcquireReply::Kept(non_negative(*fence), *others > 0)
+                }
                 [Value::Int(0), Value::Int(pttl), Value::Int(holder)] => AcquireReply::Held(
                     u64::try_from(*pttl).ok().map(Duration::from_millis),
                     non_negative(*holder),
@@ -79,6 +117,12 @@ impl Node {
                     self.saw_deployment(true, Some(left));
                     return Err(NodeFailureKind::Quarantined(left));
                 }
+                [Value::Int(7), Value::Int(permits)] => {
+                    return Err(NodeFailureKind::Server(format!(
+                        "PERMITS this semaphore is held here with {permits} permits; every \
+                         holder of a semaphore must ask for the same number"
+                    )));
+                }
                 _ => return Err(unexpected("acquire", &items)),
             },
             other => return Err(unexpected("acquire", &other)),
@@ -88,7 +132,7 @@ impl Node {
         }
         // A grant from a node whose votes do not count is left in place (the key makes the
         // lock sturdier) but not counted; refusals count as what they are.
-        if matches!(reply, AcquireReply::Granted(_)) {
+        if matches!(reply, AcquireReply::Granted(_) | AcquireReply::Kept(..)) {
             self.vote_counts(Some(link))?;
         }
         Ok(reply)
@@ -98,13 +142,23 @@ impl Node {
     /// token when it did, `None` when the lock is gone or held by another token.
     pub(crate) async fn extend(
         &self,
-        keys: [&str; 3],
+        keys: &Keys,
         token: &str,
         ttl: Duration,
     ) -> std::result::Result<Option<u64>, NodeFailureKind> {
+        let (script, holder, member_prefix) = match &keys.kind {
+            LockKind::Mutex => (&SCRIPTS.extend, token, None),
+            LockKind::Reentrant(owner) => (&SCRIPTS.reentrant_extend, owner.id(), None),
+            LockKind::Read => (&SCRIPTS.holders_extend, token, Some("r:")),
+            LockKind::Write => (&SCRIPTS.holders_extend, token, Some("w:")),
+            LockKind::Semaphore { .. } => (&SCRIPTS.holders_extend, token, Some("")),
+        };
         let (value, link) = self
-            .eval(Operation::Extend, &SCRIPTS.extend, &keys, |c| {
-                c.arg(token).arg(millis(ttl));
+            .eval(Operation::Extend, script, &keys.for_extend(), |c| {
+                c.arg(holder).arg(millis(ttl));
+                if let Some(prefix) = member_prefix {
+                    c.arg(prefix);
+                }
             })
             .await?;
         match value {
@@ -122,18 +176,59 @@ impl Node {
     /// released lock's fencing token (0 when unknown). Keys: the lock, its queue, the queue's
     /// terms and the fencing counter. Counted from every node, quarantined or not: a release
     /// only ever removes.
+    ///
+    /// For a reentrant lock, `token` is the hold released, and the lock goes only with its
+    /// last hold; a read-write lock or a semaphore wakes the first few waiters.
     pub(crate) async fn release(
         &self,
-        keys: [&str; 6],
+        keys: &Keys,
         token: &str,
         channel: &str,
         fence: u64,
     ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
-        let (value, _) = self
-            .eval(Operation::Release, &SCRIPTS.release, &keys, |c| {
-                c.arg(token).arg(channel).arg(fence);
-            })
-            .await?;
+        let holders_member = match &keys.kind {
+            LockKind::Mutex => None,
+            LockKind::Reentrant(owner) => {
+                let (value, _) = self
+                    .eval(
+                        Operation::Release,
+                        &SCRIPTS.reentrant_release,
+                        &keys.for_release(),
+                        |c| {
+                            c.arg(owner.id()).arg(channel).arg(fence).arg(token);
+                        },
+                    )
+                    .await?;
+                return release_reply(value);
+            }
+            LockKind::Read => Some("r:"),
+            LockKind::Write => Some("w:"),
+            LockKind::Semaphore { .. } => Some(""),
+        };
+        let (value, _) = match holders_member {
+            None => {
+                self.eval(
+                    Operation::Release,
+                    &SCRIPTS.release,
+                    &keys.for_release(),
+                    |c| {
+                        c.arg(token).arg(channel).arg(fence);
+                    },
+                )
+                .await?
+            }
+            Some(prefix) => {
+                self.eval(
+                    Operation::Release,
+                    &SCRIPTS.holders_release,
+                    &keys.for_place(),
+                    |c| {
+                        c.arg(token).arg(channel).arg(prefix);
+                    },
+                )
+                .await?
+            }
+        };
         release_reply(value)
     }
 
@@ -254,31 +349,6 @@ impl Node {
         match value {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("mark", &other)),
-        }
-    }
-
-    /// The key's remaining time to live: `None` when there is no such key.
-    pub(crate) async fn pttl(
-        &self,
-        key: &str,
-    ) -> std::result::Result<Option<Duration>, NodeFailureKind> {
-        let started = Instant::now();
-        let (link, mut conn) = self.connect(Operation::Inspect).await?;
-        let mut cmd = redis::cmd("PTTL");
-        cmd.arg(key);
-        match conn
-            .send_packed_command(&cmd)
-            .await
-            .and_then(Value::extract_error)
-        {
-            Ok(Value::Int(ms)) => {
-                self.metrics
-                    .success(Operation::Inspect, started.elapsed().as_secs_f64());
-                // -2: no key; -1: a key without expiry, which redquorum never writes.
-                Ok(u64::try_from(ms).ok().map(Duration::from_millis))
-            }
-            Ok(other) => Err(unexpected("PTTL", &other)),
-            Err(e) => Err(self.failed(Operation::Inspect, &e, link)),
         }
     }
 }

@@ -3,11 +3,19 @@
 
 use std::sync::Arc;
 
-/// Where one lock name lives on every node. Lock keys, counters and queues live under different
-/// sub-prefixes, so no name can collide with another's counter or queue.
+use crate::config::LockKind;
+
+/// Where one lock name lives on every node, and as what kind of lock. Lock keys, counters and
+/// queues live under different sub-prefixes, so no name can collide with another's counter or
+/// queue. A mutex and a reentrant lock share their keys (they exclude each other); read-write
+/// locks and semaphores live under `rw:` and `sem:`, which no mutex sub-prefix starts with.
 #[derive(Debug)]
 pub(crate) struct Keys {
-    /// `{prefix}lock:{name}`: the holder's token, with the lock's TTL.
+    /// What kind of lock this is: it picks the scripts, their arguments and the quorum.
+    pub(crate) kind: LockKind,
+    /// `{prefix}lock:{name}`: the holder's token, with the lock's TTL. For a read-write lock
+    /// or a semaphore, `{prefix}rw:lock:{name}` or `{prefix}sem:lock:{name}`: the holders, by
+    /// when each hold expires (see `lua/holders.lua`).
     pub(crate) lock: String,
     /// `{prefix}fence:{name}`: the highest fencing token granted, with no expiry.
     pub(crate) fence: String,
@@ -16,6 +24,10 @@ pub(crate) struct Keys {
     /// `{prefix}queue-terms:{name}`: when each waiter's place lapses, and on what terms a
     /// release may hand the lock to it.
     pub(crate) terms: String,
+    /// `{prefix}holds:{name}`: a reentrant lock's holds (see `lua/reentrant_acquire.lua`).
+    pub(crate) holds: String,
+    /// Counts a bare majority whatever the kind (the unsafe setting a positive control uses).
+    pub(crate) majority_only: bool,
     /// The keys every name shares: the deployment's marker, longest TTL and quarantine.
     pub(crate) deployment: Arc<DeploymentKeys>,
 }
@@ -47,15 +59,36 @@ impl DeploymentKeys {
 }
 
 impl Keys {
-    /// The keys of lock `name` under `prefix` (the name is already checked).
-    pub(crate) fn new(prefix: &str, name: &str, deployment: Arc<DeploymentKeys>) -> Self {
+    /// The keys of lock `name` of `kind` under `prefix` (the name is already checked).
+    pub(crate) fn new(
+        prefix: &str,
+        name: &str,
+        kind: LockKind,
+        deployment: Arc<DeploymentKeys>,
+    ) -> Self {
+        let space = match kind {
+            LockKind::Mutex | LockKind::Reentrant(_) => "",
+            LockKind::Read | LockKind::Write => "rw:",
+            LockKind::Semaphore { .. } => "sem:",
+        };
         Keys {
-            lock: format!("{prefix}lock:{name}"),
-            fence: format!("{prefix}fence:{name}"),
-            queue: format!("{prefix}queue:{name}"),
-            terms: format!("{prefix}queue-terms:{name}"),
+            lock: format!("{prefix}{space}lock:{name}"),
+            fence: format!("{prefix}{space}fence:{name}"),
+            queue: format!("{prefix}{space}queue:{name}"),
+            terms: format!("{prefix}{space}queue-terms:{name}"),
+            holds: format!("{prefix}holds:{name}"),
+            kind,
+            majority_only: false,
             deployment,
         }
+    }
+
+    /// How many of `nodes` masters must grant this kind of lock.
+    pub(crate) fn quorum(&self, nodes: usize) -> usize {
+        if self.majority_only {
+            return nodes / 2 + 1;
+        }
+        self.kind.quorum(nodes)
     }
 
     /// The lock name whose lock key this is, if it is one under `prefix`.
@@ -63,36 +96,48 @@ impl Keys {
         key.strip_prefix(prefix)?.strip_prefix("lock:")
     }
 
-    /// The keys of the acquire script.
-    pub(crate) fn for_acquire(&self) -> [&str; 7] {
+    /// The keys of the acquire scripts (a reentrant lock's holds last).
+    pub(crate) fn for_acquire(&self) -> Vec<&str> {
         let d = &self.deployment;
-        [
-            &self.lock,
+        let mut keys = vec![
+            &*self.lock,
             &self.fence,
             &self.queue,
             &self.terms,
             &d.marker,
             &d.longest_ttl,
             &d.quarantine,
-        ]
+        ];
+        if matches!(self.kind, LockKind::Reentrant(_)) {
+            keys.push(&self.holds);
+        }
+        keys
     }
 
-    /// The keys of the extend script.
-    pub(crate) fn for_extend(&self) -> [&str; 3] {
-        [&self.lock, &self.fence, &self.deployment.longest_ttl]
+    /// The keys of the extend scripts (a reentrant lock's holds last).
+    pub(crate) fn for_extend(&self) -> Vec<&str> {
+        let mut keys = vec![&*self.lock, &self.fence, &self.deployment.longest_ttl];
+        if matches!(self.kind, LockKind::Reentrant(_)) {
+            keys.push(&self.holds);
+        }
+        keys
     }
 
-    /// The keys of the release script.
-    pub(crate) fn for_release(&self) -> [&str; 6] {
+    /// The keys of the release scripts (a reentrant lock's holds last).
+    pub(crate) fn for_release(&self) -> Vec<&str> {
         let d = &self.deployment;
-        [
-            &self.lock,
+        let mut keys = vec![
+            &*self.lock,
             &self.queue,
             &self.terms,
             &self.fence,
             &d.marker,
             &d.quarantine,
-        ]
+        ];
+        if matches!(self.kind, LockKind::Reentrant(_)) {
+            keys.push(&self.holds);
+        }
+        keys
     }
 
     /// The keys of the script that holds a handed-over lock under one token (adopt).
@@ -112,10 +157,32 @@ mod tests {
 
     #[test]
     fn a_lock_key_gives_its_name_back() {
-        let keys = Keys::new("rq:", "a name", Arc::new(DeploymentKeys::new("rq:")));
+        let keys = Keys::new(
+            "rq:",
+            "a name",
+            LockKind::Mutex,
+            Arc::new(DeploymentKeys::new("rq:")),
+        );
         assert_eq!(keys.lock, "rq:lock:a name");
         assert_eq!(Keys::name_of_lock_key("rq:", &keys.lock), Some("a name"));
         assert_eq!(Keys::name_of_lock_key("rq:", &keys.fence), None);
         assert_eq!(Keys::name_of_lock_key("other:", &keys.lock), None);
+    }
+
+    #[test]
+    fn kinds_live_apart_whatever_the_name() {
+        let d = Arc::new(DeploymentKeys::new("rq:"));
+        let mutex = Keys::new("rq:", "rw:lock:x", LockKind::Mutex, d.clone());
+        let rw = Keys::new("rq:", "x", LockKind::Read, d.clone());
+        let sem = Keys::new("rq:", "x", LockKind::semaphore(2), d.clone());
+        assert_eq!(rw.lock, "rq:rw:lock:x");
+        assert_eq!(sem.lock, "rq:sem:lock:x");
+        assert_ne!(mutex.lock, rw.lock);
+        assert_eq!(Keys::name_of_lock_key("rq:", &rw.lock), None);
+        // A reentrant lock is a mutex with holds.
+        let owner = crate::config::Owner::from_id("o").unwrap();
+        let reentrant = Keys::new("rq:", "x", LockKind::Reentrant(owner), d);
+        assert_eq!(reentrant.lock, "rq:lock:x");
+        assert_eq!(reentrant.for_acquire().len(), 8);
     }
 }

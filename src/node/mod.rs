@@ -23,15 +23,16 @@ mod keys;
 mod link;
 mod replies;
 mod scripts;
+mod view;
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::time::Duration;
 
 use crate::error::{Error, NodeFailureKind, Operation, Result};
 use crate::metrics::NodeMetrics;
 
-pub(crate) use calls::{Place, Terms};
+pub(crate) use calls::{Place, Proposal, Terms};
 use health::Health;
 pub use health::NodeHealth;
 pub(crate) use keys::{DeploymentKeys, Keys};
@@ -40,6 +41,7 @@ use link::{Link, tcp_settings};
 pub(crate) use replies::{
     AcquireReply, DeploymentState, Info, ReleaseReply, config_value, is_durable,
 };
+pub(crate) use view::LockView;
 
 /// Settings a node needs from the client.
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +67,7 @@ pub(crate) struct Node {
     settings: NodeSettings,
     /// Scripts this node is known to have cached since the connection was made; a script whose
     /// bit is clear is sent whole with `EVAL`, which runs and caches it in one round trip.
-    loaded: AtomicU8,
+    loaded: AtomicU32,
     /// Whether the current connection is up; until it is, commands take turns at
     /// [`Node::in_order`] (see [`Node::eval`]).
     connected: AtomicBool,
@@ -114,7 +116,7 @@ impl Node {
             link: Mutex::new(None),
             last_link: AtomicU64::new(0),
             settings,
-            loaded: AtomicU8::new(0),
+            loaded: AtomicU32::new(0),
             connected: AtomicBool::new(false),
             in_order: tokio::sync::Mutex::new(()),
             health: Mutex::new(Health::default()),

@@ -12,6 +12,11 @@ use crate::error::NodeFailureKind;
 pub(crate) enum AcquireReply {
     /// Granted with this fencing token.
     Granted(u64),
+    /// Granted with the fencing token the node keeps for the lock, which is this: a reader's
+    /// (the writers' counter), or one more hold of a reentrant lock its owner held already;
+    /// `true` when the owner held it here with other holds than this attempt's (from an
+    /// earlier round of the same attempt).
+    Kept(u64, bool),
     /// Held by another token, which expires in this long (if the node said), and whose
     /// acquisition has this fencing token.
     Held(Option<Duration>, u64),
@@ -88,7 +93,8 @@ pub(crate) fn is_durable(aof_enabled: Option<bool>, appendfsync: Option<&str>) -
 /// A release's (or give-back's) answer: 1 deleted, 0 already gone, -1 held by another token.
 pub(super) fn release_reply(value: Value) -> std::result::Result<ReleaseReply, NodeFailureKind> {
     match value {
-        Value::Int(1) => Ok(ReleaseReply::Deleted),
+        // 2: a reentrant lock's hold is gone, and other holds keep the lock.
+        Value::Int(1 | 2) => Ok(ReleaseReply::Deleted),
         Value::Int(0) => Ok(ReleaseReply::Absent),
         Value::Int(-1) => Ok(ReleaseReply::Foreign),
         other => Err(unexpected("release", &other)),

@@ -17,13 +17,13 @@ use crate::error::{NodeFailureKind, Operation};
 #[derive(Debug)]
 pub(crate) struct LuaScript {
     /// Bit of this script in a node's loaded-scripts mask.
-    bit: u8,
+    bit: u32,
     body: &'static str,
     sha: String,
 }
 
 impl LuaScript {
-    fn new(bit: u8, body: &'static str) -> Self {
+    fn new(bit: u32, body: &'static str) -> Self {
         LuaScript {
             bit,
             body,
@@ -43,6 +43,14 @@ pub(crate) struct Scripts {
     pub(crate) deployment: LuaScript,
     pub(crate) mark: LuaScript,
     pub(crate) adopt: LuaScript,
+    pub(crate) reentrant_acquire: LuaScript,
+    pub(crate) reentrant_extend: LuaScript,
+    pub(crate) reentrant_release: LuaScript,
+    pub(crate) rw_acquire: LuaScript,
+    pub(crate) semaphore_acquire: LuaScript,
+    pub(crate) holders_extend: LuaScript,
+    pub(crate) holders_release: LuaScript,
+    pub(crate) inspect: LuaScript,
 }
 
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
@@ -78,6 +86,62 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     deployment: LuaScript::new(32, include_str!("../../lua/deployment.lua")),
     mark: LuaScript::new(64, include_str!("../../lua/mark.lua")),
     adopt: LuaScript::new(128, include_str!("../../lua/adopt.lua")),
+    // The reentrant scripts wrap the mutex's own as functions, so that a reentrant lock and a
+    // mutex of the same name exclude each other and share the queue and the hand-over.
+    reentrant_acquire: LuaScript::new(
+        1 << 8,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            "local function mutex_acquire()\n",
+            include_str!("../../lua/acquire.lua"),
+            "\nend\n",
+            include_str!("../../lua/reentrant_acquire.lua")
+        ),
+    ),
+    reentrant_extend: LuaScript::new(1 << 9, include_str!("../../lua/reentrant_extend.lua")),
+    reentrant_release: LuaScript::new(
+        1 << 10,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            "local function mutex_release()\n",
+            include_str!("../../lua/release.lua"),
+            "\nend\n",
+            include_str!("../../lua/reentrant_release.lua")
+        ),
+    ),
+    rw_acquire: LuaScript::new(
+        1 << 11,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/holders.lua"),
+            include_str!("../../lua/rw_acquire.lua")
+        ),
+    ),
+    semaphore_acquire: LuaScript::new(
+        1 << 12,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/holders.lua"),
+            include_str!("../../lua/semaphore_acquire.lua")
+        ),
+    ),
+    holders_extend: LuaScript::new(
+        1 << 13,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/holders.lua"),
+            include_str!("../../lua/holders_extend.lua")
+        ),
+    ),
+    holders_release: LuaScript::new(
+        1 << 14,
+        concat!(
+            include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/holders.lua"),
+            include_str!("../../lua/holders_release.lua")
+        ),
+    ),
+    inspect: LuaScript::new(1 << 15, include_str!("../../lua/inspect.lua")),
 });
 
 impl Node {
@@ -214,6 +278,14 @@ mod tests {
             &s.deployment,
             &s.mark,
             &s.adopt,
+            &s.reentrant_acquire,
+            &s.reentrant_extend,
+            &s.reentrant_release,
+            &s.rw_acquire,
+            &s.semaphore_acquire,
+            &s.holders_extend,
+            &s.holders_release,
+            &s.inspect,
         ];
         for (i, a) in all.iter().enumerate() {
             assert_eq!(a.sha.len(), 40);

@@ -1,6 +1,8 @@
 //! Shared test harness: local masters, clients tuned for tests, and raw access to each node.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod kinds;
+
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;

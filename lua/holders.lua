@@ -1,0 +1,85 @@
+-- Shared by the scripts of the read-write lock and the semaphore, put after queue.lua. Their
+-- holders live in one sorted set per name: member the holder, score when its hold expires in
+-- this node's milliseconds. Members starting with '#' are records, not holders: a
+-- semaphore's '#permits' (score minus the number of permits, so that no expiry drops it) and
+-- a read-write lock's '#writer-waiting' (score when that wait lapses). The set's own TTL is
+-- its longest-lived member's, so it is gone with them.
+
+-- Drops the holds and records that have lapsed; returns this node's time.
+local function trim(holders)
+  local now = now_ms()
+  redis.call('ZREMRANGEBYSCORE', holders, 0, now)
+  return now
+end
+
+-- The holders (not records) left, and when the first and the last of them lapse.
+local function holding(holders)
+  local count, first, last = 0, nil, nil
+  local all = redis.call('ZRANGEBYSCORE', holders, 0, '+inf', 'WITHSCORES')
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 1) ~= '#' then
+      local at = tonumber(all[i + 1])
+      count = count + 1
+      first = first and math.min(first, at) or at
+      last = last and math.max(last, at) or at
+    end
+  end
+  return count, first, last
+end
+
+-- Keeps the set as long as its longest-lived member, or deletes it when no holder is left.
+local function keep_alive(holders, now)
+  local count = holding(holders)
+  if count == 0 and redis.call('ZCOUNT', holders, now + 1, '+inf') == 0 then
+    redis.call('DEL', holders)
+    return
+  end
+  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2]
+  if last and tonumber(last) > now then
+    redis.call('PEXPIRE', holders, tonumber(last) - now)
+  end
+end
+
+-- The deployment check every grant makes first (see acquire.lua): {5} on a node without the
+-- deployment's marker, {6, pttl} while it is quarantined, nil when it may grant. Records the
+-- longest TTL asked for.
+local function deployment_gate(marker, longest, quarantine, ttl)
+  local read = redis.call('MGET', marker, longest, quarantine)
+  if not read[1] then
+    return {5}
+  end
+  if read[3] then
+    return {6, redis.call('PTTL', quarantine)}
+  end
+  if tonumber(ttl) > tonumber(read[2] or '0') then
+    redis.call('SET', longest, ttl)
+  end
+  return nil
+end
+
+-- Queues a waiting caller to be woken by releases (a place without terms: nothing is handed
+-- over to it, since the lock is not fair).
+local function queue_waiter(queue, terms, waiter, priority, life)
+  if waiter ~= '' and life ~= '0' then
+    queue_place(queue, terms, waiter, priority, life, '', '', '')
+  end
+end
+
+-- Takes a granted caller out of the queue.
+local function dequeue_waiter(queue, terms, waiter)
+  if waiter ~= '' then
+    redis.call('ZREM', queue, waiter)
+    redis.call('HDEL', terms, waiter)
+  end
+end
+
+-- Wakes the first `count` waiters: more than one may fit now (readers, permits).
+local function wake_waiters(queue, terms, prefix, count)
+  if prefix == '' then
+    return
+  end
+  first_waiter(queue, terms)
+  for _, waiter in ipairs(redis.call('ZRANGE', queue, 0, count - 1)) do
+    redis.call('PUBLISH', channel_of(prefix, waiter), waiter)
+  end
+end

@@ -1,0 +1,17 @@
+-- Push back a reentrant lock's expiry while its owner holds it, never shortening it (other
+-- holds count on it), and its holds' with it.
+-- KEYS[1] to KEYS[3] as in extend.lua. KEYS[4]: the holds. ARGV[1]: the owner's id. ARGV[2]:
+-- new TTL in milliseconds.
+-- Returns what extend.lua returns.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+local ttl = tonumber(ARGV[2])
+if redis.call('PTTL', KEYS[1]) < ttl then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+end
+redis.call('PEXPIRE', KEYS[4], redis.call('PTTL', KEYS[1]))
+if ttl > tonumber(redis.call('GET', KEYS[3]) or '0') then
+  redis.call('SET', KEYS[3], ARGV[2])
+end
+return tonumber(redis.call('GET', KEYS[2]) or '0')

@@ -1,0 +1,80 @@
+-- Take a reader's or the writer's share of a read-write lock on this node.
+-- KEYS as in acquire.lua, with KEYS[1] the holders (see holders.lua): readers as 'r:<token>',
+-- the writer as 'w:<token>'. ARGV[1] to ARGV[7] as in acquire.lua (ARGV[7] is ignored: the
+-- lock is not fair). ARGV[8]: 'r' for a reader, 'w' for the writer. ARGV[9]: for a reader,
+-- '1' to raise the fencing counter to the proposal (ARGV[3]) if it is below, '0' to leave it.
+-- Returns what acquire.lua returns, except that a reader is granted with {8, counter, 0}: the
+-- writers' fencing counter on this node, the last writer's token. When the reader's masters
+-- do not agree on it (a writer's failed attempt raised it on some), the client asks again
+-- with ARGV[9] set and a proposal above them all, so that the reader's token is one a quorum
+-- records, which the next writer must exceed (see fence_of in src/lock/attempt.rs).
+--
+-- A writer is granted only with no holder at all, a reader only without a writer: any two
+-- quorums share a node, which refuses the second of a writer and anyone else. A writer that
+-- must wait records '#writer-waiting' for as long as its place in the queue lasts, and new
+-- readers are refused ({3}) meanwhile, so that a stream of readers cannot starve writers.
+local refused = deployment_gate(KEYS[5], KEYS[6], KEYS[7], ARGV[2])
+if refused then
+  return refused
+end
+local holders, reader = KEYS[1], ARGV[8] == 'r'
+local me = (reader and 'r:' or 'w:') .. ARGV[1]
+local now = trim(holders)
+local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+local mine = redis.call('ZSCORE', holders, me)
+if not mine then
+  local writer_until, readers, readers_until, writer_waits = nil, 0, now, false
+  local all = redis.call('ZRANGEBYSCORE', holders, 0, '+inf', 'WITHSCORES')
+  for i = 1, #all, 2 do
+    local kind, at = string.sub(all[i], 1, 2), tonumber(all[i + 1])
+    if kind == 'w:' then
+      writer_until = at
+    elseif kind == 'r:' then
+      readers = readers + 1
+      readers_until = math.max(readers_until, at)
+    elseif all[i] == '#writer-waiting' then
+      writer_waits = true
+    end
+  end
+  if writer_until then
+    queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
+    return {0, math.max(0, writer_until - now), counter}
+  end
+  if reader and writer_waits then
+    queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
+    return {3}
+  end
+  if not reader and readers > 0 then
+    if ARGV[4] ~= '' and ARGV[6] ~= '0' then
+      local lapse = now + tonumber(ARGV[6])
+      local waiting = tonumber(redis.call('ZSCORE', holders, '#writer-waiting') or '0')
+      redis.call('ZADD', holders, math.max(lapse, waiting), '#writer-waiting')
+      keep_alive(holders, now)
+      queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
+    end
+    return {0, math.max(0, readers_until - now), counter}
+  end
+end
+local fence = counter
+if reader and ARGV[9] == '1' and tonumber(ARGV[3]) > counter then
+  redis.call('SET', KEYS[2], ARGV[3])
+  fence = tonumber(ARGV[3])
+end
+if not reader then
+  local proposed = tonumber(ARGV[3])
+  -- The same writer re-sending the same proposal (a retry after a lost reply) is granted
+  -- again; anything else must be strictly above the counter.
+  if counter > proposed or (counter == proposed and not mine) then
+    return {2, counter}
+  end
+  redis.call('SET', KEYS[2], ARGV[3])
+  redis.call('ZREM', holders, '#writer-waiting')
+  fence = proposed
+end
+redis.call('ZADD', holders, now + tonumber(ARGV[2]), me)
+keep_alive(holders, now)
+dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])
+if reader then
+  return {8, fence, 0}
+end
+return {1, fence}

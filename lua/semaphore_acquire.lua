@@ -1,0 +1,39 @@
+-- Take one of a semaphore's permits on this node, if fewer than that many holders hold one.
+-- KEYS as in acquire.lua, with KEYS[1] the holders (see holders.lua). ARGV[1] to ARGV[7] as
+-- in acquire.lua (ARGV[7] is ignored: a semaphore is not fair). ARGV[8]: the number of
+-- permits.
+-- Returns what acquire.lua returns, and {7, permits} when the semaphore is held here with
+-- another number of permits (its holders must all count the same).
+--
+-- A node counts only its own holders. What keeps a semaphore to its permits across nodes is
+-- the quorum the client asks for (more than a majority when there is more than one permit;
+-- see LockKind::quorum): P+1 holders would need more grants than N nodes of P permits have.
+-- Fencing tokens grow as a mutex's do, since any two of those quorums share a node.
+local refused = deployment_gate(KEYS[5], KEYS[6], KEYS[7], ARGV[2])
+if refused then
+  return refused
+end
+local holders, token, permits = KEYS[1], ARGV[1], tonumber(ARGV[8])
+local now = trim(holders)
+local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+local recorded = redis.call('ZSCORE', holders, '#permits')
+local count, first = holding(holders)
+if recorded and -tonumber(recorded) ~= permits and count > 0 then
+  return {7, -tonumber(recorded)}
+end
+local mine = redis.call('ZSCORE', holders, token)
+if not mine and count >= permits then
+  queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
+  return {0, math.max(0, first - now), counter}
+end
+local proposed = tonumber(ARGV[3])
+-- The same holder re-sending the same proposal (a retry after a lost reply) is granted again.
+if counter > proposed or (counter == proposed and not mine) then
+  return {2, counter}
+end
+redis.call('SET', KEYS[2], ARGV[3])
+redis.call('ZADD', holders, now + tonumber(ARGV[2]), token)
+redis.call('ZADD', holders, -permits, '#permits')
+keep_alive(holders, now)
+dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])
+return {1, proposed}
