@@ -32,6 +32,8 @@ fn run(nodes: &LocalNodes, lock: &str, extra: &[&str], script: &str) -> Child {
         ])
         .args(extra)
         .args(["--", "sh", "-c", script])
+        // Each run is its own holder, whatever the caller of the tests holds.
+        .env_remove("REDQUORUM_OWNER")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -74,15 +76,28 @@ async fn the_command_sees_the_lock_and_its_exit_code_is_passed_on() {
     assert_eq!(name, "env-check");
     assert_eq!(token.len(), 32, "{seen}");
     assert!(token.chars().all(|c| c.is_ascii_hexdigit()));
-    // The fencing token matches the counter the nodes recorded for the name.
+    // The fencing token matches the counter a quorum of nodes recorded for the name (a master
+    // of a fresh deployment may have missed the grant: the acquire answers once a quorum
+    // granted), and no node recorded a higher one.
     let fence: u64 = fence.parse().expect("a number");
-    let counter: Option<u64> = redis::AsyncCommands::get(
-        &mut common::raw(&nodes, 0).await,
-        "redquorum:fence:env-check",
-    )
-    .await
-    .unwrap();
-    assert_eq!(counter, Some(fence));
+    let mut counters = Vec::new();
+    for i in 0..3 {
+        let counter: Option<u64> = redis::AsyncCommands::get(
+            &mut common::raw(&nodes, i).await,
+            "redquorum:fence:env-check",
+        )
+        .await
+        .unwrap();
+        counters.push(counter);
+    }
+    assert!(
+        counters.iter().filter(|c| **c == Some(fence)).count() >= 2,
+        "{counters:?} {fence}"
+    );
+    assert!(
+        counters.iter().all(|c| c.is_none_or(|c| c <= fence)),
+        "{counters:?}"
+    );
     // Released once the command exited.
     let info = common::client(&nodes).inspect("env-check").await.unwrap();
     assert!(!info.held);
@@ -146,8 +161,17 @@ async fn wait_zero_on_a_held_lock_runs_nothing_and_exits_75() {
     assert!(stderr.contains("not obtained"), "{stderr}");
     assert!(!marker.exists(), "the command ran without the lock");
     assert!(started.elapsed() < Duration::from_secs(5));
-    // The holder is untouched.
-    assert!(common::token_everywhere(&nodes, "busy", lock.token()).await);
+    // The holder is untouched: its quorum still holds it, and no master holds anything else.
+    // (A master of a fresh deployment may have missed the holder's grant: the acquire answers
+    // once a quorum granted.)
+    assert!(common::token_on_quorum(&nodes, "busy", lock.token()).await);
+    for i in 0..3 {
+        let stored = common::stored_token(&nodes, i, "busy").await;
+        assert!(
+            stored.is_none() || stored.as_deref() == Some(lock.token()),
+            "{stored:?}"
+        );
+    }
     lock.release().await.unwrap();
 }
 

@@ -203,9 +203,8 @@ enum Command {
     Run {
         #[command(flatten)]
         nodes: NodeArgs,
-        /// The lock's name.
-        #[arg(long)]
-        lock: String,
+        #[command(flatten)]
+        locks: run::RunLocks,
         /// How long the lock lives on the nodes without renewal (renewed every TTL/3).
         #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
         ttl: Duration,
@@ -320,14 +319,15 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
         },
         Command::Run {
             nodes,
-            lock,
+            locks,
             ttl,
             wait,
             kill_after,
             command,
-        } => match nodes.client() {
-            Ok(client) => run::run(&client, &lock, ttl, wait, kill_after, &command).await,
-            Err(code) => code,
+        } => match (locks.lock_set(), nodes.client()) {
+            (Ok(set), Ok(client)) => run::run(&client, &set, ttl, wait, kill_after, &command).await,
+            (Err(message), _) => usage(&message),
+            (_, Err(code)) => code,
         },
     };
     ExitCode::from(code)
@@ -369,8 +369,24 @@ Example: serialise a nightly job across machines, waiting up to 5 minutes for th
   redquorum run --nodes redis://a:6379,redis://b:6379,redis://c:6379 \\
       --lock nightly-backup --ttl 30s --wait 5m -- /usr/local/bin/backup --full
 
-The command sees REDQUORUM_LOCK (the name), REDQUORUM_TOKEN (the holder's token) and
-REDQUORUM_FENCE (the fencing token, to send with every write to the protected resource).
+Kinds: by default the lock is reentrant, owned by REDQUORUM_OWNER: a `redquorum run` of the
+same name inside the command (which inherits REDQUORUM_OWNER) re-enters it instead of waiting
+for it, and every other run waits. --read and --write take a read-write lock (any number of
+readers at once, or one writer; a waiting writer holds back new readers); --permits P takes
+one of P permits of a semaphore (at most P commands at once; every run of the name must give
+the same P).
+  redquorum run --lock reports --read -- ./export-report
+  redquorum run --lock reports --write -- ./rebuild-reports
+  redquorum run --lock gpu --permits 2 -- ./train
+Several --lock: every name is held (of the one kind given), taken all or nothing in the names'
+byte order, so that runs over overlapping names cannot deadlock:
+  redquorum run --lock account:17 --lock account:4 -- ./transfer 17 4 100
+
+The command sees REDQUORUM_LOCK (the name), REDQUORUM_TOKEN (the holder's token),
+REDQUORUM_FENCE (the fencing token, to send with every write to the protected resource) and
+REDQUORUM_OWNER (the owner id: commands under one run count as one holder of its reentrant
+locks; it is a capability, so keep it out of logs). With several --lock, REDQUORUM_LOCK,
+REDQUORUM_TOKEN and REDQUORUM_FENCE hold one line per lock, in the order they were taken.
 SIGINT and SIGTERM sent to redquorum are passed on to the command; the lock is released
 after the command exits. If the lock is lost while the command runs (a majority of nodes
 unreachable for longer than the lock's validity), the command gets SIGTERM, then SIGKILL

@@ -1,4 +1,4 @@
-//! `redquorum run`: hold a lock, renewed in the background, while a command runs.
+//! `redquorum run`: hold a lock of any kind, renewed in the background, while a command runs.
 
 use std::io::IsTerminal;
 use std::process::ExitStatus;
@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use redquorum::{Client, Error, LockOptions, RenewOptions};
+use redquorum::config::limits;
+use redquorum::{Client, Error, LockGuard, LockKind, LockOptions, MultiGuard, Owner, RenewOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -15,23 +16,98 @@ use super::{
     EXIT_UNAVAILABLE, exit_code,
 };
 
+/// Which locks `run` holds, and of what kind.
+#[derive(Debug, clap::Args)]
+pub(super) struct RunLocks {
+    /// The lock's name; given several times, the run holds every name, taken all or nothing
+    /// (in the names' byte order, so that runs over overlapping names cannot deadlock).
+    #[arg(long = "lock", value_name = "NAME", required = true)]
+    names: Vec<String>,
+    /// Take a reader's share of a read-write lock: readers run together, never beside a
+    /// writer.
+    #[arg(long, conflicts_with_all = ["write", "permits"])]
+    read: bool,
+    /// Take the writer's share of a read-write lock: one writer, and no reader beside it.
+    #[arg(long, conflicts_with = "permits")]
+    write: bool,
+    /// Take one of P permits of a semaphore: at most P commands hold the lock at once (every
+    /// run of the name must give the same P).
+    #[arg(long, value_name = "P",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(limits::MAX_PERMITS)))]
+    permits: Option<u32>,
+    /// Who holds the reentrant lock a plain run takes: runs with the same owner re-enter each
+    /// other's locks (default: REDQUORUM_OWNER, which every run passes on to its command, else
+    /// a new random id).
+    // A capability: never echo it in --help.
+    #[arg(
+        long,
+        env = "REDQUORUM_OWNER",
+        value_name = "ID",
+        hide_env_values = true
+    )]
+    owner: Option<String>,
+}
+
+/// What a run holds: its names, their kind, and the owner it passes on to its command.
+#[derive(Debug)]
+pub(super) struct LockSet {
+    names: Vec<String>,
+    kind: LockKind,
+    owner: Owner,
+}
+
+impl RunLocks {
+    /// The locks to take, or why the arguments do not say.
+    pub(super) fn lock_set(&self) -> Result<LockSet, String> {
+        let owner = match &self.owner {
+            Some(id) => Owner::from_id(id).map_err(|e| {
+                format!("--owner (or REDQUORUM_OWNER) is not a valid owner id: {e}")
+            })?,
+            None => Owner::random().map_err(|e| e.to_string())?,
+        };
+        let kind = if self.read {
+            LockKind::Read
+        } else if self.write {
+            LockKind::Write
+        } else if let Some(permits) = self.permits {
+            LockKind::semaphore(permits)
+        } else {
+            LockKind::Reentrant(owner.clone())
+        };
+        Ok(LockSet {
+            names: self.names.clone(),
+            kind,
+            owner,
+        })
+    }
+}
+
 pub(super) async fn run(
     client: &Client,
-    name: &str,
+    set: &LockSet,
     ttl: Duration,
     wait: Duration,
     kill_after: Duration,
     command: &[String],
 ) -> u8 {
-    let guard = match client
-        .acquire_guard(
-            name,
-            &LockOptions::new(ttl).wait(wait),
-            RenewOptions::default(),
-        )
-        .await
-    {
-        Ok(guard) => guard,
+    let name = set.names.join(", ");
+    let name = name.as_str();
+    let opts = LockOptions::new(ttl).wait(wait).kind(set.kind.clone());
+    let held = match &set.names[..] {
+        [one] => client
+            .acquire_guard(one, &opts, RenewOptions::default())
+            .await
+            .map(Held::One),
+        names => {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            client
+                .acquire_all_guard(&names, &opts, RenewOptions::default())
+                .await
+                .map(Held::Many)
+        }
+    };
+    let guard = match held {
+        Ok(held) => held,
         Err(e @ Error::QuorumUnavailable { .. }) => {
             tracing::error!(
                 "lock {name:?} cannot be had: no quorum of masters can grant it; the command was not run: {e}"
@@ -50,7 +126,12 @@ pub(super) async fn run(
             return exit_code(&e);
         }
     };
-    tracing::info!(lock = name, "acquired; running {:?}", command);
+    tracing::info!(
+        lock = name,
+        kind = set.kind.as_str(),
+        "acquired; running {:?}",
+        command
+    );
 
     let (program, args) = match command.split_first() {
         Some(split) => split,
@@ -58,9 +139,8 @@ pub(super) async fn run(
     };
     let mut cmd = Command::new(program);
     cmd.args(args)
-        .env("REDQUORUM_LOCK", name)
-        .env("REDQUORUM_TOKEN", guard.token())
-        .env("REDQUORUM_FENCE", guard.fence().to_string());
+        .envs(guard.env())
+        .env("REDQUORUM_OWNER", set.owner.id());
     // In a terminal the command must stay in the foreground process group to read the
     // terminal; elsewhere (cron, CI) it gets a group of its own, so that signals reach all of
     // its processes.
@@ -99,7 +179,6 @@ pub(super) async fn run(
         .and_then(|pid| i32::try_from(pid).ok())
         .map(|pid| if own_group { -pid } else { pid });
 
-    let watch = guard.watch();
     let code = loop {
         tokio::select! {
             status = child.wait() => break match status {
@@ -109,7 +188,7 @@ pub(super) async fn run(
                     EXIT_SOFTWARE
                 }
             },
-            () = watch.lost() => {
+            () = guard.lost() => {
                 tracing::error!(lock = name, "the lock was lost while the command ran; terminating the command");
                 terminate(&mut child, target, kill_after).await;
                 break EXIT_LOCK_LOST;
@@ -122,7 +201,47 @@ pub(super) async fn run(
     code
 }
 
-async fn release(guard: redquorum::LockGuard, name: &str) {
+/// The lock a run holds: one name, or several taken all or nothing.
+enum Held {
+    One(LockGuard),
+    Many(MultiGuard),
+}
+
+impl Held {
+    /// What the command is told of the locks: with several, one line per lock in the order
+    /// they were taken.
+    fn env(&self) -> [(&'static str, String); 3] {
+        let guards = match self {
+            Held::One(guard) => std::slice::from_ref(guard),
+            Held::Many(multi) => multi.guards(),
+        };
+        let lines = |f: &dyn Fn(&LockGuard) -> String| -> String {
+            guards.iter().map(f).collect::<Vec<_>>().join("\n")
+        };
+        [
+            ("REDQUORUM_LOCK", lines(&|g| g.name().to_owned())),
+            ("REDQUORUM_TOKEN", lines(&|g| g.token().to_owned())),
+            ("REDQUORUM_FENCE", lines(&|g| g.fence().to_string())),
+        ]
+    }
+
+    /// Resolves when a lock is lost.
+    async fn lost(&self) {
+        match self {
+            Held::One(guard) => guard.lost().await,
+            Held::Many(multi) => multi.lost().await,
+        }
+    }
+
+    async fn release(self) -> redquorum::Result<()> {
+        match self {
+            Held::One(guard) => guard.release().await,
+            Held::Many(multi) => multi.release().await,
+        }
+    }
+}
+
+async fn release(guard: Held, name: &str) {
     match guard.release().await {
         Ok(()) => tracing::info!(lock = name, "released"),
         Err(e) => tracing::warn!(

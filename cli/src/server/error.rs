@@ -40,6 +40,11 @@ impl ApiError {
         self
     }
 
+    /// The same error, about the lock `name` (of several a request named).
+    pub(crate) fn with_name(self, name: &str) -> Self {
+        self.with("name", Value::String(name.to_owned()))
+    }
+
     /// The HTTP status.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -74,14 +79,19 @@ impl From<Error> for ApiError {
                 needed,
                 total,
                 ..
-            } => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "quorum_unavailable",
-                message,
-            )
-            .with("needed", json!(needed))
-            .with("nodes", json!(total))
-            .with("failures", failures_json(&failures)),
+            } => {
+                // Masters that refused a semaphore's permits say "PERMITS": the caller asked
+                // for another number than the holders have, which no retry mends.
+                let (status, code) = if failures.iter().any(asked_other_permits) {
+                    (StatusCode::CONFLICT, "permits_mismatch")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "quorum_unavailable")
+                };
+                ApiError::new(status, code, message)
+                    .with("needed", json!(needed))
+                    .with("nodes", json!(total))
+                    .with("failures", failures_json(&failures))
+            }
             Error::ExtendUncertain {
                 valid_for,
                 failures,
@@ -100,6 +110,11 @@ impl From<Error> for ApiError {
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message),
         }
     }
+}
+
+/// Whether a master refused because its semaphore is held with another number of permits.
+fn asked_other_permits(failure: &redquorum::NodeFailure) -> bool {
+    matches!(&failure.kind, NodeFailureKind::Server(m) if m.starts_with("PERMITS "))
 }
 
 /// Which nodes failed, and how.

@@ -7,6 +7,9 @@
 mod auth;
 mod error;
 mod http_metrics;
+mod inspect;
+mod kind;
+mod multi;
 mod request;
 mod routes;
 mod session;
@@ -25,8 +28,9 @@ pub use error::ApiError;
 pub use http_metrics::{
     HTTP_REQUEST_DURATION, HTTP_REQUESTS, SESSIONS_OPEN, install as install_metrics,
 };
+pub use kind::MAX_OWNER_BYTES;
 pub use request::MAX_BODY_BYTES;
-pub use routes::{MAX_HTTP_WAIT, MAX_OWNER_BYTES, doctor_json};
+pub use routes::{MAX_HTTP_WAIT, doctor_json};
 
 use redquorum::Client;
 
@@ -48,8 +52,8 @@ pub struct AppOptions {
     pub shutdown: CancellationToken,
 }
 
-/// The router: `/v1/locks/...` and `/v1/doctor` (behind the bearer token, if any), `/healthz`,
-/// `/readyz`, and `/metrics` when a handle is given.
+/// The router: `/v1/locks/...`, `/v1/multi...` and `/v1/doctor` (behind the bearer token, if
+/// any), `/healthz`, `/readyz`, and `/metrics` when a handle is given.
 pub fn app(client: Client, options: AppOptions) -> Router {
     let state = AppState {
         client,
@@ -58,11 +62,14 @@ pub fn app(client: Client, options: AppOptions) -> Router {
     let api = Router::new()
         .route(
             "/v1/locks/{name}",
-            post(routes::acquire).get(routes::inspect),
+            post(routes::acquire).get(inspect::inspect),
         )
         .route("/v1/locks/{name}/extend", post(routes::extend))
         .route("/v1/locks/{name}/release", post(routes::release))
         .route("/v1/locks/{name}/session", post(session::session))
+        .route("/v1/multi", post(multi::acquire))
+        .route("/v1/multi/extend", post(multi::extend))
+        .route("/v1/multi/release", post(multi::release))
         .route("/v1/doctor", get(routes::doctor))
         .route_layer(axum::middleware::from_fn_with_state(
             options.auth,

@@ -58,20 +58,42 @@ impl Fields {
         Ok(self)
     }
 
-    /// A non-negative integer field; `code` names the error when it is anything else.
+    /// A non-negative whole number of milliseconds; `code` names the error when it is anything
+    /// else.
     pub(crate) fn u64(&self, key: &str, code: &str) -> Result<Option<u64>, ApiError> {
+        self.whole(key, code, "a whole number of milliseconds")
+    }
+
+    /// A non-negative whole number, `what` saying what it must be in the error.
+    pub(crate) fn whole(&self, key: &str, code: &str, what: &str) -> Result<Option<u64>, ApiError> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| {
-                ApiError::bad_request(
-                    code,
-                    format!("{key} must be a whole number of milliseconds, not {n}"),
-                )
+                ApiError::bad_request(code, format!("{key} must be {what}, not {n}"))
             }),
             Some(other) => Err(ApiError::bad_request(
                 code,
-                format!("{key} must be a whole number of milliseconds, not {other}"),
+                format!("{key} must be {what}, not {other}"),
             )),
+        }
+    }
+
+    /// An array field of strings.
+    pub(crate) fn strings(&self, key: &str, code: &str) -> Result<Option<Vec<String>>, ApiError> {
+        let bad = |other: &Value| {
+            ApiError::bad_request(
+                code,
+                format!("{key} must be an array of strings, not {other}"),
+            )
+        };
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().map(str::to_owned).ok_or_else(|| bad(v)))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(other) => Err(bad(other)),
         }
     }
 
@@ -96,6 +118,29 @@ impl Fields {
                 code,
                 format!("{key} must be a string, not {other}"),
             )),
+        }
+    }
+
+    /// An object field whose values are strings, as (key, value) pairs in key order.
+    pub(crate) fn string_map(
+        &self,
+        key: &str,
+        code: &str,
+    ) -> Result<Option<Vec<(String, String)>>, ApiError> {
+        let bad = |other: &Value| {
+            ApiError::bad_request(
+                code,
+                format!("{key} must be an object of strings, not {other}"),
+            )
+        };
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(map)) => map
+                .iter()
+                .map(|(k, v)| Ok((k.clone(), v.as_str().ok_or_else(|| bad(v))?.to_owned())))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(other) => Err(bad(other)),
         }
     }
 

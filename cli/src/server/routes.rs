@@ -1,5 +1,5 @@
-//! The lock API's handlers: acquire, extend, release, inspect, the deployment check, and the
-//! health probes.
+//! The lock API's handlers: acquire, extend and release of a lock of any kind, the deployment
+//! check, and the health probes.
 
 use std::time::{Duration, SystemTime};
 
@@ -8,19 +8,18 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::AppState;
 use super::error::ApiError;
+use super::kind::{OwnerUse, RequestKind, inward, kind_fields, outward, request_kind};
 use super::request::Fields;
 use super::units::millis_of;
 use redquorum::config::defaults;
-use redquorum::{DoctorReport, Lock, LockOptions, Problem};
+use redquorum::{DoctorReport, Lock, LockKind, LockOptions, Problem};
 
 /// Longest wait one HTTP request may ask for: 10 min. Longer waits belong in a retry loop.
 pub const MAX_HTTP_WAIT: Duration = Duration::from_secs(600);
-/// Longest owner label accepted, in bytes.
-pub const MAX_OWNER_BYTES: usize = 128;
 
 /// The lock name from the path, percent-decoded.
 pub(crate) fn lock_name(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
@@ -32,21 +31,26 @@ pub(crate) fn lock_name(path: Result<Path<String>, PathRejection>) -> Result<Str
     })
 }
 
-/// Milliseconds as a duration, with the field's error code when absent and required.
-fn millis(ms: Option<u64>, default: Duration) -> Duration {
+/// Milliseconds as a duration, or the default when absent.
+pub(crate) fn millis(ms: Option<u64>, default: Duration) -> Duration {
     ms.map_or(default, Duration::from_millis)
 }
 
-/// What an acquire asks for, shared by plain acquires and sessions.
+/// What an acquire asks for, shared by plain acquires, sessions and multi-locks.
 pub(crate) struct AcquireParams {
     pub(crate) opts: LockOptions,
     /// The TTL asked for (also in `opts`).
     pub(crate) ttl: Duration,
-    pub(crate) owner: Option<String>,
+    /// The kind asked for (also in `opts`) and the owner given.
+    pub(crate) kind: RequestKind,
 }
 
-pub(crate) fn acquire_params(body: Fields) -> Result<AcquireParams, ApiError> {
-    let body = body.only(&["ttl_ms", "wait_ms", "owner", "fair"])?;
+/// The fields every acquire takes; a route may take more (`names` for a multi-lock).
+pub(crate) const ACQUIRE_FIELDS: [&str; 6] =
+    ["ttl_ms", "wait_ms", "owner", "fair", "kind", "permits"];
+
+/// Reads an acquire's fields (see [`ACQUIRE_FIELDS`]); the caller refuses unknown ones.
+pub(crate) fn acquire_params(body: &Fields) -> Result<AcquireParams, ApiError> {
     let ttl = millis(body.u64("ttl_ms", "invalid_ttl")?, defaults::TTL);
     let wait = millis(body.u64("wait_ms", "invalid_wait")?, Duration::ZERO);
     if wait > MAX_HTTP_WAIT {
@@ -59,40 +63,46 @@ pub(crate) fn acquire_params(body: Fields) -> Result<AcquireParams, ApiError> {
             ),
         ));
     }
-    let owner = body.string("owner", "invalid_owner")?;
-    if owner.as_ref().is_some_and(|o| o.len() > MAX_OWNER_BYTES) {
-        return Err(ApiError::bad_request(
-            "invalid_owner",
-            format!("owner is at most {MAX_OWNER_BYTES} bytes"),
-        ));
-    }
+    let kind = body_kind(body, OwnerUse::IdOrLabel)?;
     let fair = body.bool("fair", "invalid_fair")?.unwrap_or(defaults::FAIR);
     Ok(AcquireParams {
-        opts: LockOptions::new(ttl).wait(wait).fair(fair),
+        opts: LockOptions::new(ttl)
+            .wait(wait)
+            .fair(fair)
+            .kind(kind.kind.clone()),
         ttl,
-        owner,
+        kind,
     })
+}
+
+/// `kind`, `permits` and `owner` from a body.
+pub(crate) fn body_kind(body: &Fields, owner_use: OwnerUse) -> Result<RequestKind, ApiError> {
+    let kind = body.string("kind", "invalid_kind")?;
+    let permits = body.whole("permits", "invalid_permits", "a whole number")?;
+    let owner = body.string("owner", "invalid_owner")?;
+    request_kind(kind.as_deref(), permits, owner, owner_use)
 }
 
 /// The fields every answer about a held lock carries.
 pub(crate) fn lock_json(
     lock_name: &str,
+    kind: &LockKind,
     token: Option<&str>,
     fence: u64,
     ttl: Duration,
     validity: Duration,
 ) -> Value {
-    let mut body = json!({
-        "name": lock_name,
-        "fence": fence,
-        "ttl_ms": millis_of(ttl),
-        "validity_ms": millis_of(validity),
-        "expires_at": expires_at(validity),
-    });
-    if let (Some(token), Value::Object(map)) = (token, &mut body) {
-        map.insert("token".to_owned(), Value::String(token.to_owned()));
+    let mut map = Map::new();
+    map.insert("name".to_owned(), lock_name.into());
+    kind_fields(kind, &mut map);
+    if let Some(token) = token {
+        map.insert("token".to_owned(), outward(kind, token).into());
     }
-    body
+    map.insert("fence".to_owned(), fence.into());
+    map.insert("ttl_ms".to_owned(), millis_of(ttl).into());
+    map.insert("validity_ms".to_owned(), millis_of(validity).into());
+    map.insert("expires_at".to_owned(), expires_at(validity).into());
+    Value::Object(map)
 }
 
 /// When the validity ends, on the wall clock, for people and logs (the server's clock).
@@ -100,33 +110,53 @@ pub(crate) fn expires_at(validity: Duration) -> String {
     humantime::format_rfc3339_millis(SystemTime::now() + validity).to_string()
 }
 
-fn held(lock: &Lock) -> Value {
-    lock_json(
+/// A held lock as the answer gives it, token included, with the owner the request gave.
+pub(crate) fn held(lock: &Lock, owner: Option<&str>) -> Value {
+    let mut body = lock_json(
         lock.name(),
+        lock.kind(),
         Some(lock.token()),
         lock.fence(),
         lock.ttl(),
         lock.remaining(),
-    )
+    );
+    if let (Some(owner), Value::Object(map)) = (owner, &mut body) {
+        map.insert("owner".to_owned(), owner.into());
+    }
+    body
 }
 
-/// `POST /v1/locks/{name}`: take a lock, waiting up to `wait_ms`.
+/// The owner to log: a label, never a reentrant lock's id (whoever has it can re-enter).
+pub(crate) fn owner_to_log(kind: &RequestKind) -> &str {
+    match kind.kind {
+        LockKind::Reentrant(_) => "",
+        _ => kind.owner.as_deref().unwrap_or(""),
+    }
+}
+
+/// `POST /v1/locks/{name}`: take a lock of any kind, waiting up to `wait_ms`.
 pub(crate) async fn acquire(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
     body: Fields,
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;
-    let params = acquire_params(body)?;
+    let params = acquire_params(&body.only(&ACQUIRE_FIELDS)?)?;
     let lock = state.client.acquire(&name, &params.opts).await?;
-    tracing::debug!(lock = %name, owner = params.owner.as_deref().unwrap_or(""), fence = lock.fence(), "acquired");
-    let mut body = held(&lock);
-    if let (Some(owner), Value::Object(map)) = (params.owner, &mut body) {
-        map.insert("owner".to_owned(), Value::String(owner));
-    }
+    tracing::debug!(lock = %name, kind = lock.kind().as_str(), owner = owner_to_log(&params.kind), fence = lock.fence(), "acquired");
+    let body = held(&lock, params.kind.owner.as_deref());
     // The caller holds the lock now; this process keeps nothing of it.
     drop(lock);
     Ok(Json(body))
+}
+
+/// The kind and library token of an extend or release: the kind named in the body, and the
+/// token checked to be of that kind.
+fn kind_and_token(body: &Fields) -> Result<(LockKind, String), ApiError> {
+    let kind = body_kind(body, OwnerUse::IdOnly)?.kind;
+    let token = body.required_string("token", "invalid_token")?;
+    let token = inward(&kind, &token)?.to_owned();
+    Ok((kind, token))
 }
 
 /// `POST /v1/locks/{name}/extend`: set a new TTL with the holder's token.
@@ -136,12 +166,16 @@ pub(crate) async fn extend(
     body: Fields,
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;
-    let body = body.only(&["token", "ttl_ms"])?;
-    let token = body.required_string("token", "invalid_token")?;
+    let body = body.only(&["token", "ttl_ms", "kind", "permits", "owner"])?;
     let ttl = millis(body.u64("ttl_ms", "invalid_ttl")?, defaults::TTL);
-    let lock = state.client.extend_token(&name, &token, ttl).await?;
+    let (kind, token) = kind_and_token(&body)?;
+    let lock = state
+        .client
+        .extend_token_as(&name, &kind, &token, ttl)
+        .await?;
     Ok(Json(lock_json(
         lock.name(),
+        lock.kind(),
         None,
         lock.fence(),
         lock.ttl(),
@@ -149,37 +183,22 @@ pub(crate) async fn extend(
     )))
 }
 
-/// `POST /v1/locks/{name}/release`: give the lock up with the holder's token.
+/// `POST /v1/locks/{name}/release`: give the lock (or one hold of it) up with the holder's
+/// token.
 pub(crate) async fn release(
     State(state): State<AppState>,
     path: Result<Path<String>, PathRejection>,
     body: Fields,
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;
-    let body = body.only(&["token"])?;
-    let token = body.required_string("token", "invalid_token")?;
-    state.client.release_token(&name, &token).await?;
-    Ok(Json(json!({"name": name, "released": true})))
-}
-
-/// `GET /v1/locks/{name}`: held or not, and each node's remaining TTL; never the token.
-pub(crate) async fn inspect(
-    State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Json<Value>, ApiError> {
-    let name = lock_name(path)?;
-    let info = state.client.inspect(&name).await?;
-    let nodes: Vec<Value> = info
-        .nodes
-        .iter()
-        .map(|n| match &n.ttl {
-            Ok(ttl) => json!({"node": n.node, "ttl_ms": ttl.map(millis_of)}),
-            Err(e) => json!({"node": n.node, "ttl_ms": null, "error": e.to_string()}),
-        })
-        .collect();
-    Ok(Json(
-        json!({"name": info.name, "held": info.held, "nodes": nodes}),
-    ))
+    let body = body.only(&["token", "kind", "permits", "owner"])?;
+    let (kind, token) = kind_and_token(&body)?;
+    state.client.release_token_as(&name, &kind, &token).await?;
+    let mut map = Map::new();
+    map.insert("name".to_owned(), name.into());
+    kind_fields(&kind, &mut map);
+    map.insert("released".to_owned(), true.into());
+    Ok(Json(Value::Object(map)))
 }
 
 /// `GET /v1/doctor`: the deployment check; 200 whether it is safe or not (the body says).

@@ -19,7 +19,9 @@ use super::AppState;
 use super::error::ApiError;
 use super::http_metrics::SESSIONS_OPEN;
 use super::request::Fields;
-use super::routes::{acquire_params, expires_at, lock_json, lock_name};
+use super::routes::{
+    ACQUIRE_FIELDS, acquire_params, expires_at, lock_json, lock_name, owner_to_log,
+};
 use super::units::millis_of;
 use redquorum::{LockGuard, LockState, RenewOptions};
 
@@ -31,15 +33,16 @@ pub(crate) async fn session(
     body: Fields,
 ) -> Result<Response, ApiError> {
     let name = lock_name(path)?;
-    let params = acquire_params(body)?;
+    let params = acquire_params(&body.only(&ACQUIRE_FIELDS)?)?;
     let guard = state
         .client
         .acquire_guard(&name, &params.opts, RenewOptions::default())
         .await?;
-    tracing::info!(lock = %name, owner = params.owner.as_deref().unwrap_or(""), fence = guard.fence(), "session opened");
+    tracing::info!(lock = %name, kind = params.kind.kind.as_str(), owner = owner_to_log(&params.kind), fence = guard.fence(), "session opened");
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let mut first = lock_json(
         &name,
+        &params.kind.kind,
         Some(guard.token()),
         guard.fence(),
         params.ttl,
@@ -47,7 +50,7 @@ pub(crate) async fn session(
     );
     if let Value::Object(map) = &mut first {
         map.insert("event".to_owned(), Value::String("acquired".to_owned()));
-        if let Some(owner) = params.owner {
+        if let Some(owner) = params.kind.owner {
             map.insert("owner".to_owned(), Value::String(owner));
         }
     }

@@ -1,0 +1,128 @@
+//! Requests through the coordinator's router without a socket, for the HTTP tests of lock
+//! kinds and multi-locks.
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use redquorum_cli::server::AppOptions;
+use redquorum_testkit::LocalNodes;
+use serde_json::Value;
+use tower::ServiceExt;
+
+/// The router on a client with a generous per-node deadline (see `common::patient_client`).
+pub fn app(client: redquorum::Client) -> Router {
+    redquorum_cli::server::app(client, AppOptions::default())
+}
+
+/// One request: (status, JSON body, or `Null` when the body is not JSON).
+pub async fn call(
+    app: &Router,
+    method: &str,
+    uri: &str,
+    body: impl Into<Body>,
+) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(body.into())
+        .unwrap();
+    let response = app.clone().oneshot(req).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+pub async fn post(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
+    call(app, "POST", uri, body.to_string()).await
+}
+
+pub async fn get(app: &Router, uri: &str) -> (StatusCode, Value) {
+    call(app, "GET", uri, Body::empty()).await
+}
+
+/// The token in an answer, which must be a 200 with one.
+pub fn token(answer: &(StatusCode, Value)) -> String {
+    assert_eq!(answer.0, StatusCode::OK, "{}", answer.1);
+    answer.1["token"].as_str().expect("a token").to_owned()
+}
+
+/// The error code of an answer, with its status.
+pub fn error(answer: &(StatusCode, Value)) -> (u16, &str) {
+    (answer.0.as_u16(), answer.1["error"].as_str().unwrap_or(""))
+}
+
+/// The members of the sorted set `key` on node `i` (a read-write lock's or a semaphore's
+/// holders, and its records).
+pub async fn members(nodes: &LocalNodes, i: usize, key: &str) -> Vec<String> {
+    let mut conn = redis::Client::open(nodes.url(i))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// What `read` reads once two readings 100 ms apart agree (up to 2 s): an operation answers
+/// once a quorum of masters did, and a slow master may still be applying it.
+pub async fn settled<T, F, Fut>(mut read: F) -> T
+where
+    T: PartialEq,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let mut last = read().await;
+    for _ in 0..20 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let now = read().await;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    last
+}
+
+/// A client on `nodes` (see `common::patient_client`) once every master carries the deployment
+/// marker. The first acquire on fresh masters marks them as they answer "unmarked", and a
+/// master that answers after the vote was decided misses that acquire's grant; tests that look
+/// at every master start from marked ones.
+pub async fn marked_client(nodes: &LocalNodes) -> redquorum::Client {
+    let client = crate::common::patient_client(nodes);
+    let opts = redquorum::LockOptions::new(std::time::Duration::from_secs(1));
+    client
+        .try_acquire("warm-up", &opts)
+        .await
+        .expect("a first lock")
+        .release()
+        .await
+        .expect("released");
+    let marked = crate::common::eventually(std::time::Duration::from_secs(5), || async {
+        for i in 0..nodes.len() {
+            let mut conn = crate::common::raw(nodes, i).await;
+            let exists: bool = redis::cmd("EXISTS")
+                .arg("redquorum:deployment")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if !exists {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(marked, "the masters were not marked");
+    client
+}
