@@ -6,6 +6,8 @@
 //! run's epoch (a reading the runner took at start and passed to the workers). The library's
 //! `Instant` is the same clock, so a lock's validity converts exactly.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 /// Nanoseconds on `CLOCK_MONOTONIC` (absolute, not relative to any epoch).
@@ -80,17 +82,25 @@ pub(crate) enum EventKind {
         op: u64,
         /// The TTL asked for, in milliseconds.
         ttl_ms: u64,
+        /// What is asked for (no `fences` yet).
+        #[serde(flatten)]
+        section: Section,
     },
-    /// An acquire returned a lock.
+    /// An acquire returned a lock: a critical section is entered (it is left at the release's
+    /// invocation, or at the end of validity).
     AcquireOk {
         /// Operation number.
         op: u64,
-        /// The holder's token.
+        /// The holder's token (a multi-lock's: its locks' tokens, comma-separated).
         token: String,
-        /// The fencing token.
+        /// The fencing token (a multi-lock's: the largest of its names').
         fence: u64,
-        /// Until when the lock is certainly held (ns since the epoch).
+        /// Until when the lock is certainly held (ns since the epoch; a multi-lock's: its
+        /// shortest-lived lock's).
         valid_until: u64,
+        /// What was taken: kind, names, a multi-lock's fences per name.
+        #[serde(flatten)]
+        section: Section,
     },
     /// An acquire returned an error: the caller does not hold the lock.
     AcquireFail {
@@ -170,6 +180,9 @@ pub(crate) enum EventKind {
         value: i64,
         /// Whether the write was fenced (`fenced_set`) or a plain `SET`.
         fenced: bool,
+        /// The resource key written (absent: the one counter, `chaos:counter`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
     /// The resource accepted the write.
     WriteOk {
@@ -242,6 +255,78 @@ pub(crate) enum EventKind {
     },
 }
 
+/// The kind of lock a critical section holds, as the library names it.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum HeldKind {
+    /// One holder at a time.
+    #[default]
+    Mutex,
+    /// One owner at a time, whose holds may nest (and overlap one another).
+    Reentrant,
+    /// A reader's share of a read-write lock.
+    Read,
+    /// The writer's share of a read-write lock.
+    Write,
+    /// One of a semaphore's permits.
+    Semaphore,
+}
+
+impl HeldKind {
+    /// The kind's name, as the library's `LockKind::as_str` gives it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            HeldKind::Mutex => "mutex",
+            HeldKind::Reentrant => "reentrant",
+            HeldKind::Read => "read",
+            HeldKind::Write => "write",
+            HeldKind::Semaphore => "semaphore",
+        }
+    }
+
+    fn is_mutex(&self) -> bool {
+        *self == HeldKind::Mutex
+    }
+}
+
+/// What a critical section takes, beyond what the first histories knew (every field absent:
+/// a mutex on the history's one lock, so older histories read unchanged).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Section {
+    /// The kind of lock (of each name, for a multi-lock).
+    #[serde(default, skip_serializing_if = "HeldKind::is_mutex")]
+    pub(crate) kind: HeldKind,
+    /// The lock names (absent: the history's one lock).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) names: Vec<String>,
+    /// A semaphore's permits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) permits: Option<u32>,
+    /// A reentrant lock's owner id: the holds of one owner may overlap one another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) owner: Option<String>,
+    /// Several names taken all-or-nothing (`Client::acquire_all`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) multi: bool,
+    /// A multi-lock's fencing token per name it holds.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) fences: BTreeMap<String, u64>,
+}
+
+impl Section {
+    /// A short label for per-kind figures: the kind's name, or `multi` for a multi-lock
+    /// (`multi-read`... when its names are not mutexes).
+    pub(crate) fn label(&self) -> String {
+        match (self.multi, self.kind) {
+            (true, HeldKind::Mutex) => "multi".to_owned(),
+            (true, k) => format!("multi-{}", k.as_str()),
+            (false, k) => k.as_str().to_owned(),
+        }
+    }
+}
+
 /// What a phase expects, for the liveness checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -258,4 +343,58 @@ pub(crate) enum PhaseKind {
     Other,
     /// The final acquire, which must succeed.
     Final,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn older_histories_read_as_the_one_mutex() {
+        // A line as the first histories wrote it.
+        let line =
+            r#"{"t":5,"src":1,"ev":"acquire_ok","op":1,"token":"a","fence":3,"valid_until":9}"#;
+        let e: Event = serde_json::from_str(line).unwrap();
+        let EventKind::AcquireOk { section, .. } = &e.kind else {
+            panic!("{e:?}");
+        };
+        assert_eq!(section, &Section::default());
+        // A mutex section on the one lock is written as before.
+        assert_eq!(serde_json::to_string(&e).unwrap(), line);
+        let write = r#"{"t":5,"src":1,"ev":"write_invoke","op":2,"token":"a","fence":3,"value":1,"fenced":true}"#;
+        let e: Event = serde_json::from_str(write).unwrap();
+        assert_eq!(serde_json::to_string(&e).unwrap(), write);
+    }
+
+    #[test]
+    fn sections_round_trip() {
+        let section = Section {
+            kind: HeldKind::Read,
+            names: vec!["a".into(), "b".into()],
+            permits: None,
+            owner: Some("o".into()),
+            multi: true,
+            fences: [("a".to_owned(), 4), ("b".to_owned(), 7)].into(),
+        };
+        assert_eq!(section.label(), "multi-read");
+        let e = Event {
+            t: 1,
+            src: 2,
+            kind: EventKind::AcquireOk {
+                op: 1,
+                token: "x,y".into(),
+                fence: 7,
+                valid_until: 10,
+                section,
+            },
+        };
+        let line = serde_json::to_string(&e).unwrap();
+        assert!(
+            line.contains(
+                r#""kind":"read","names":["a","b"],"owner":"o","multi":true,"fences":{"a":4,"b":7}"#
+            ),
+            "{line}"
+        );
+        assert_eq!(serde_json::from_str::<Event>(&line).unwrap(), e);
+    }
 }

@@ -175,11 +175,13 @@ fn check(path: &PathBuf, name: &str) -> ExitCode {
     let analysis = checker::analyse(&events);
     let (verdict, reasons) = checker::judge(&analysis, &scenario.expect, &[]);
     println!(
-        "{}: {} (definite {}, possible {}, stale accepted {}, refused {}, lost updates {}, fence order {}, faults {}/{})",
+        "{}: {} (definite {}, over-admitted {}, possible {}, partial multi-locks {}, stale accepted {}, refused {}, lost updates {}, fence order {}, faults {}/{})",
         name,
         verdict.label(),
         analysis.definite.len(),
-        analysis.possible.len(),
+        analysis.crowded.len(),
+        analysis.possible.len() + analysis.possibly_crowded.len(),
+        analysis.partial_sections,
         analysis.stale_accepted,
         analysis.rejected,
         analysis.lost_updates,

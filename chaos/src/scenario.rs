@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::checker::Expectation;
 use crate::settings::Size;
+use crate::worker::Mix;
 
 /// Which fault a load scenario injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -25,6 +26,28 @@ pub(crate) enum LoadFault {
     DelayedRestart,
     /// Restart (SIGKILL) a majority of durable masters one after the other, at once.
     AofRestart,
+    /// A different fault each round, in this order (again from the start when there are more
+    /// rounds), on `masters` masters (a restart: on one).
+    Rotating {
+        /// How many masters a kill, pause or partition takes.
+        masters: usize,
+        /// The faults, one per round.
+        faults: &'static [RoundFault],
+    },
+}
+
+/// One round's fault in a [`LoadFault::Rotating`] schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum RoundFault {
+    /// Killed; started again (empty, so quarantined) after more than a TTL.
+    Kill,
+    /// Frozen (docker pause), then thawed.
+    Pause,
+    /// Cut off the network, then reconnected.
+    Partition,
+    /// One master killed and started again at once, empty: the quarantine keeps it out.
+    Restart,
 }
 
 /// What a scenario does.
@@ -46,6 +69,9 @@ pub(crate) enum Kind {
     ClockJump,
     /// A holder frozen between its validity check and its write for longer than its TTL.
     PausedHolder,
+    /// Three holders of a two-permit semaphore, each taking it while partitions leave it a
+    /// different three of the five masters.
+    SemaphorePartitions,
 }
 
 /// One scenario.
@@ -65,6 +91,10 @@ pub(crate) struct Scenario {
     pub(crate) quarantine: Duration,
     /// The clients' max TTL.
     pub(crate) max_ttl: Duration,
+    /// What the workers' critical sections take in a load.
+    pub(crate) mix: Mix,
+    /// The clients grant semaphores on a bare majority (unsafe: a positive control).
+    pub(crate) unsafe_semaphores: bool,
     /// What the checker must find.
     pub(crate) expect: Expectation,
 }

@@ -1,9 +1,11 @@
 //! Reading a history: holds paired from acquire, extend and release events, overlapping
-//! windows, the resource's writes, fence order and the per-phase liveness figures.
+//! windows (by the kinds' rules, in `exclusion`), the resource's writes, fence order and the
+//! per-phase liveness figures.
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::findings::{Analysis, FaultRecord, Hold, Overlap, PhaseStats, Write, WriteOutcome};
+use super::exclusion::{crowds, fence_order_violations, overlaps, partial_sections};
+use super::findings::{Analysis, FaultRecord, Hold, PhaseStats, Write, WriteOutcome};
 use crate::history::{Event, EventKind, PhaseKind, RUNNER, WorkerId};
 
 /// Reads a history. Events may come in any order; they are sorted by time (stable, so events
@@ -19,9 +21,12 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
 
     // Operations pair by (worker, op).
     let mut acquires: HashMap<(WorkerId, u64), u64> = HashMap::new();
+    // The kind each acquire asked for, for the per-kind figures.
+    let mut asked: HashMap<(WorkerId, u64), String> = HashMap::new();
     let mut extends: HashMap<(WorkerId, u64), usize> = HashMap::new();
     let mut releases: HashMap<(WorkerId, u64), usize> = HashMap::new();
-    let mut writes: HashMap<(WorkerId, u64), usize> = HashMap::new();
+    // Write in flight -> (index in a.writes, the hold it was made under).
+    let mut writes: HashMap<(WorkerId, u64), (usize, Option<usize>)> = HashMap::new();
     // Holder token -> index in a.holds.
     let mut by_token: HashMap<String, usize> = HashMap::new();
     let mut faults: BTreeMap<u32, FaultRecord> = BTreeMap::new();
@@ -33,8 +38,11 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
     for e in &events {
         let w = e.src;
         match &e.kind {
-            EventKind::AcquireInvoke { op, .. } => {
+            EventKind::AcquireInvoke { op, section, .. } => {
                 a.acquire.invoked += 1;
+                let label = section.label();
+                a.by_kind.entry(label.clone()).or_default().invoked += 1;
+                asked.insert((w, *op), label);
                 acquires.insert((w, *op), e.t);
                 acquire_index.insert((w, *op), acquire_log.len());
                 acquire_log.push(AcquireRecord {
@@ -48,8 +56,12 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
                 token,
                 fence,
                 valid_until,
+                section,
             } => {
                 a.acquire.ok += 1;
+                if let Some(label) = asked.remove(&(w, *op)) {
+                    a.by_kind.entry(label).or_default().ok += 1;
+                }
                 let invoked = acquires.remove(&(w, *op)).unwrap_or(e.t);
                 if let Some(&i) = acquire_index.get(&(w, *op)) {
                     acquire_log[i].ok = Some(e.t);
@@ -66,10 +78,14 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
                     release_invoked: None,
                     released: None,
                     last_action: e.t,
+                    section: section.clone(),
                 });
             }
             EventKind::AcquireFail { op, .. } => {
                 a.acquire.fail += 1;
+                if let Some(label) = asked.remove(&(w, *op)) {
+                    a.by_kind.entry(label).or_default().fail += 1;
+                }
                 acquires.remove(&(w, *op));
                 if let Some(&i) = acquire_index.get(&(w, *op)) {
                     acquire_log[i].ended = Some(e.t);
@@ -134,11 +150,13 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
                 fence,
                 value,
                 fenced,
+                key,
             } => {
-                if let Some(&h) = by_token.get(token) {
+                let hold = by_token.get(token).copied();
+                if let Some(h) = hold {
                     a.holds[h].last_action = a.holds[h].last_action.max(e.t);
                 }
-                writes.insert((w, *op), a.writes.len());
+                writes.insert((w, *op), (a.writes.len(), hold));
                 a.writes.push(Write {
                     worker: w,
                     fence: *fence,
@@ -147,10 +165,11 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
                     done: None,
                     outcome: WriteOutcome::Unknown,
                     fenced: *fenced,
+                    key: key.clone().unwrap_or_default(),
                 });
             }
             EventKind::WriteOk { op } | EventKind::WriteRejected { op, .. } => {
-                if let Some(i) = writes.remove(&(w, *op)) {
+                if let Some((i, hold)) = writes.remove(&(w, *op)) {
                     let write = &mut a.writes[i];
                     write.done = Some(e.t);
                     write.outcome = if matches!(e.kind, EventKind::WriteOk { .. }) {
@@ -159,15 +178,13 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
                         WriteOutcome::Rejected
                     };
                     // The write happened under the lock: it is the holder's last action.
-                    if let Some(h) = a.holds.iter().rposition(|h| {
-                        h.worker == w && h.fence == write.fence && h.ok <= write.invoked
-                    }) {
+                    if let Some(h) = hold {
                         a.holds[h].last_action = a.holds[h].last_action.max(e.t);
                     }
                 }
             }
             EventKind::WriteFail { op, .. } => {
-                if let Some(i) = writes.remove(&(w, *op)) {
+                if let Some((i, _)) = writes.remove(&(w, *op)) {
                     a.writes[i].done = Some(e.t);
                 }
             }
@@ -210,6 +227,9 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
     a.acquire.unknown = a.acquire.invoked - a.acquire.ok - a.acquire.fail;
     a.extend.unknown = a.extend.invoked - a.extend.ok - a.extend.fail;
     a.release.unknown = a.release.invoked - a.release.ok - a.release.fail;
+    for counts in a.by_kind.values_mut() {
+        counts.unknown = counts.invoked - counts.ok - counts.fail;
+    }
 
     a.definite = overlaps(&a.holds, Hold::certain);
     a.possible = overlaps(&a.holds, Hold::action)
@@ -220,6 +240,16 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
                 .any(|d| d.first == p.first && d.second == p.second)
         })
         .collect();
+    a.crowded = crowds(&a.holds, Hold::certain);
+    a.possibly_crowded = crowds(&a.holds, Hold::action)
+        .into_iter()
+        .filter(|p| {
+            !a.crowded
+                .iter()
+                .any(|d| d.admitted == p.admitted && d.name == p.name)
+        })
+        .collect();
+    a.partial_sections = partial_sections(&a.holds);
     a.fence_order_violations = fence_order_violations(&a.holds);
     (a.lost_updates, a.stale_accepted, a.rejected) = resource_checks(&a.writes);
     let fault_times: Vec<u64> = faults.values().map(|f| f.invoked).collect();
@@ -240,70 +270,25 @@ pub(crate) fn analyse(events: &[Event]) -> Analysis {
     a
 }
 
-/// Pairs of holds (different tokens) whose windows, as `window` gives them, overlap.
-fn overlaps(holds: &[Hold], window: fn(&Hold) -> (u64, u64)) -> Vec<Overlap> {
-    let mut sorted: Vec<(&Hold, (u64, u64))> = holds.iter().map(|h| (h, window(h))).collect();
-    sorted.sort_by_key(|(_, (start, _))| *start);
-    let mut found = Vec::new();
-    for (i, (first, (s1, e1))) in sorted.iter().enumerate() {
-        for (second, (s2, e2)) in &sorted[i + 1..] {
-            if s2 >= e1 {
-                break;
-            }
-            if first.token == second.token {
-                continue;
-            }
-            let from = *s2.max(s1);
-            let to = *e1.min(e2);
-            if to > from {
-                found.push(Overlap {
-                    first: (first.worker, first.fence),
-                    second: (second.worker, second.fence),
-                    from,
-                    overlap_ms: (to - from) as f64 / 1e6,
-                });
-            }
-        }
-    }
-    found
-}
-
-/// Pairs where one acquisition was invoked after another had succeeded, yet got a fencing
-/// token that is not larger.
-fn fence_order_violations(holds: &[Hold]) -> u64 {
-    let mut by_ok: Vec<&Hold> = holds.iter().collect();
-    by_ok.sort_by_key(|h| h.ok);
-    let mut count = 0;
-    for later in &by_ok {
-        // The largest fence among holds that were granted before this one was asked for.
-        let earlier_max = by_ok
-            .iter()
-            .take_while(|h| h.ok < later.invoked)
-            .map(|h| h.fence)
-            .max();
-        if earlier_max.is_some_and(|f| later.fence <= f) {
-            count += 1;
-        }
-    }
-    count
-}
-
-/// Lost updates, stale writes accepted, and writes rejected by fencing.
+/// Lost updates, stale writes accepted, and writes rejected by fencing; each resource key is
+/// a counter of its own, with fencing tokens of its own lock name.
 fn resource_checks(writes: &[Write]) -> (u64, u64, u64) {
     let accepted: Vec<&Write> = writes
         .iter()
         .filter(|w| w.outcome == WriteOutcome::Accepted)
         .collect();
-    let mut per_value: HashMap<i64, u64> = HashMap::new();
+    let mut per_value: HashMap<(&str, i64), u64> = HashMap::new();
     for w in &accepted {
-        *per_value.entry(w.value).or_default() += 1;
+        *per_value.entry((&w.key, w.value)).or_default() += 1;
     }
     let lost = per_value.values().map(|n| n - 1).sum();
     let stale = accepted
         .iter()
         .filter(|w| {
             accepted.iter().any(|v| {
-                v.fence > w.fence && v.done.is_some_and(|acknowledged| acknowledged < w.invoked)
+                v.key == w.key
+                    && v.fence > w.fence
+                    && v.done.is_some_and(|acknowledged| acknowledged < w.invoked)
             })
         })
         .count() as u64;

@@ -1,9 +1,11 @@
 //! What the checker finds in a history: holds and their windows, overlapping holds, writes to
 //! the resource, per-phase acquire figures, faults, and the [`Analysis`] that gathers them.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
-use crate::history::{PhaseKind, WorkerId};
+use crate::history::{HeldKind, PhaseKind, Section, WorkerId};
 
 /// One successful acquisition and what its holder did with it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -26,6 +28,8 @@ pub(crate) struct Hold {
     pub(crate) released: Option<bool>,
     /// The last time the holder did something under this lock (read, write, extend, release).
     pub(crate) last_action: u64,
+    /// What it holds: kind, names, a multi-lock's fences per name.
+    pub(crate) section: Section,
 }
 
 impl Hold {
@@ -42,6 +46,25 @@ impl Hold {
         let (start, end) = self.certain();
         (start, end.max(self.last_action))
     }
+
+    /// The kind of lock held.
+    pub(crate) fn kind(&self) -> HeldKind {
+        self.section.kind
+    }
+
+    /// The names held: those recorded, or the history's one lock (`""`).
+    pub(crate) fn names(&self) -> Vec<&str> {
+        if self.section.names.is_empty() {
+            vec![""]
+        } else {
+            self.section.names.iter().map(String::as_str).collect()
+        }
+    }
+
+    /// The fencing token on `name`: a multi-lock's for that name, else the hold's.
+    pub(crate) fn fence_on(&self, name: &str) -> u64 {
+        self.section.fences.get(name).copied().unwrap_or(self.fence)
+    }
 }
 
 /// Two holds whose windows overlap.
@@ -51,9 +74,31 @@ pub(crate) struct Overlap {
     pub(crate) first: (WorkerId, u64),
     /// The later hold's worker and fencing token.
     pub(crate) second: (WorkerId, u64),
+    /// The name both held (empty: the history's one lock).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) name: String,
     /// Start of the overlap (ns).
     pub(crate) from: u64,
     /// Length of the overlap in milliseconds.
+    pub(crate) overlap_ms: f64,
+}
+
+/// More holders of a semaphore at once than it has permits: the hold `admitted` was granted
+/// while `permits` others already held it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Crowd {
+    /// The semaphore's name (empty: the history's one lock).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub(crate) name: String,
+    /// Its permits.
+    pub(crate) permits: u32,
+    /// The hold admitted one too many (worker, fencing token).
+    pub(crate) admitted: (WorkerId, u64),
+    /// Every holder at that moment, the admitted one included.
+    pub(crate) holders: Vec<(WorkerId, u64)>,
+    /// When it was admitted (ns).
+    pub(crate) from: u64,
+    /// How long more than `permits` held it at once, in milliseconds.
     pub(crate) overlap_ms: f64,
 }
 
@@ -74,6 +119,8 @@ pub(crate) struct Write {
     pub(crate) outcome: WriteOutcome,
     /// Whether it was a fenced write.
     pub(crate) fenced: bool,
+    /// The resource key (empty: the one counter).
+    pub(crate) key: String,
 }
 
 /// What became of a write.
@@ -154,6 +201,8 @@ pub(crate) struct Analysis {
     pub(crate) end: u64,
     /// Acquire outcomes.
     pub(crate) acquire: OpCounts,
+    /// Acquire outcomes per kind of lock asked for (`mutex`, `read`, `multi`...).
+    pub(crate) by_kind: BTreeMap<String, OpCounts>,
     /// Extend outcomes.
     pub(crate) extend: OpCounts,
     /// Release outcomes.
@@ -172,7 +221,14 @@ pub(crate) struct Analysis {
     pub(crate) stale_accepted: u64,
     /// Writes the resource refused because of fencing.
     pub(crate) rejected: u64,
-    /// Pairs of holds where the later acquisition has the smaller (or equal) fencing token.
+    /// Semaphore holds admitted beyond the permits, by certain windows.
+    pub(crate) crowded: Vec<Crowd>,
+    /// Semaphore holds admitted beyond the permits by action windows only.
+    pub(crate) possibly_crowded: Vec<Crowd>,
+    /// Multi-lock sections that did not hold every one of their names.
+    pub(crate) partial_sections: u64,
+    /// Holds whose fencing token is out of order with an earlier hold of the same name (see
+    /// the `exclusion` module for each kind's rule).
     pub(crate) fence_order_violations: u64,
     /// Acquires invoked while a majority was out that succeeded anyway.
     pub(crate) false_acquires: u64,
@@ -197,6 +253,14 @@ impl Analysis {
         self.definite
             .iter()
             .map(|o| o.overlap_ms)
+            .fold(0.0, f64::max)
+    }
+
+    /// The longest definite over-admission of a semaphore in ms.
+    pub(crate) fn max_crowded_ms(&self) -> f64 {
+        self.crowded
+            .iter()
+            .map(|c| c.overlap_ms)
             .fold(0.0, f64::max)
     }
 

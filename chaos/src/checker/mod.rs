@@ -17,7 +17,14 @@
 //!   the same value mean one of them was lost.
 //! - A **stale write** is a write accepted although a write with a higher fencing token had
 //!   been accepted before it was sent. With fencing on there must be none.
-//! - **Fence order**: a lock acquired after another was granted must carry a larger fencing token.
+//! - **Fence order**: a lock acquired after another was granted must carry a larger fencing token
+//!   on each name they share (a reader: at least the last writer's; nested reentrant holds:
+//!   the lock's).
+//! - **Kinds** (in `exclusion`): two holds conflict only where their kinds exclude each other
+//!   (readers share, a reentrant owner's holds nest, a multi-lock conflicts on each of its
+//!   names); a semaphore is **crowded** when more holders than its permits hold it at once
+//!   (certain windows: definite; action windows only: possible); a multi-lock section must
+//!   hold every one of its names.
 //! - **Liveness**: acquire success per phase, time from a heal to the first success, the final
 //!   acquire, and acquires that succeeded while a majority was out (there must be none).
 //!
@@ -25,11 +32,12 @@
 //! compares those figures with a scenario's [`Expectation`].
 
 mod analysis;
+mod exclusion;
 mod findings;
 #[cfg(test)]
 mod test_history;
 mod verdict;
 
 pub(crate) use analysis::analyse;
-pub(crate) use findings::{Analysis, Overlap, PhaseStats, WriteOutcome};
+pub(crate) use findings::{Analysis, Crowd, Overlap, PhaseStats, WriteOutcome};
 pub(crate) use verdict::{Expectation, Verdict, Want, judge};

@@ -1,7 +1,9 @@
 //! Small histories for the checker's tests: events at millisecond times, complete holds,
 //! writes and phase marks.
 
-use crate::history::{Event, EventKind, PhaseKind, RUNNER, WorkerId};
+use std::collections::BTreeMap;
+
+use crate::history::{Event, EventKind, HeldKind, PhaseKind, RUNNER, Section, WorkerId};
 
 /// One millisecond in the history's nanoseconds.
 pub(super) const MS: u64 = 1_000_000;
@@ -15,9 +17,58 @@ pub(super) fn ev(t_ms: u64, src: WorkerId, kind: EventKind) -> Event {
     }
 }
 
-/// A complete hold: acquire invoked at `inv`, ok at `ok`, valid for `valid` ms, released
-/// at `rel` (if given).
+/// A complete hold of the history's one mutex: acquire invoked at `inv`, ok at `ok`, valid
+/// for `valid` ms, released at `rel` (if given). Its token is `tok-<w>-<op>`.
 pub(super) fn hold(
+    w: WorkerId,
+    op: u64,
+    fence: u64,
+    times: (u64, u64, u64),
+    rel: Option<u64>,
+) -> Vec<Event> {
+    hold_of(Section::default(), w, op, fence, times, rel)
+}
+
+/// The section of a `kind` lock on `names`.
+pub(super) fn of(kind: HeldKind, names: &[&str]) -> Section {
+    Section {
+        kind,
+        names: names.iter().map(|n| (*n).to_owned()).collect(),
+        ..Section::default()
+    }
+}
+
+/// A semaphore of `permits` on `name`.
+pub(super) fn semaphore(name: &str, permits: u32) -> Section {
+    Section {
+        permits: Some(permits),
+        ..of(HeldKind::Semaphore, &[name])
+    }
+}
+
+/// A reentrant hold of `owner` on `name`.
+pub(super) fn reentrant(name: &str, owner: &str) -> Section {
+    Section {
+        owner: Some(owner.to_owned()),
+        ..of(HeldKind::Reentrant, &[name])
+    }
+}
+
+/// A multi-lock of mutexes on `names`, holding the names of `fences` with those tokens.
+pub(super) fn multi(names: &[&str], fences: &[(&str, u64)]) -> Section {
+    Section {
+        multi: true,
+        fences: fences
+            .iter()
+            .map(|(n, f)| ((*n).to_owned(), *f))
+            .collect::<BTreeMap<_, _>>(),
+        ..of(HeldKind::Mutex, names)
+    }
+}
+
+/// As [`hold`], of what `section` describes.
+pub(super) fn hold_of(
+    section: Section,
     w: WorkerId,
     op: u64,
     fence: u64,
@@ -25,8 +76,20 @@ pub(super) fn hold(
     rel: Option<u64>,
 ) -> Vec<Event> {
     let token = format!("tok-{w}-{op}");
+    let asked = Section {
+        fences: BTreeMap::new(),
+        ..section.clone()
+    };
     let mut v = vec![
-        ev(inv, w, EventKind::AcquireInvoke { op, ttl_ms: valid }),
+        ev(
+            inv,
+            w,
+            EventKind::AcquireInvoke {
+                op,
+                ttl_ms: valid,
+                section: asked,
+            },
+        ),
         ev(
             ok,
             w,
@@ -35,6 +98,7 @@ pub(super) fn hold(
                 token: token.clone(),
                 fence,
                 valid_until: (inv + valid) * MS,
+                section,
             },
         ),
     ];
@@ -71,6 +135,7 @@ pub(super) fn write(
                 fence,
                 value,
                 fenced: true,
+                key: None,
             },
         ),
         ev(

@@ -19,6 +19,10 @@ pub(crate) enum Want {
 }
 
 impl Want {
+    fn forbidden() -> Self {
+        Want::Forbidden
+    }
+
     fn judge(self, what: &str, count: u64, reasons: &mut Vec<String>) {
         match self {
             Want::Required if count == 0 => {
@@ -35,8 +39,12 @@ impl Want {
 pub(crate) struct Expectation {
     /// Definite violations (overlapping certain windows).
     pub(crate) definite: Want,
-    /// Possible violations (overlapping action windows only).
+    /// Possible violations (overlapping action windows only, a semaphore crowded by action
+    /// windows only).
     pub(crate) possible: Want,
+    /// Semaphore holds admitted beyond the permits (certain windows).
+    #[serde(default = "Want::forbidden")]
+    pub(crate) over_admitted: Want,
     /// Lost updates at the resource.
     pub(crate) lost_updates: Want,
     /// Stale writes the resource accepted.
@@ -54,6 +62,10 @@ pub(crate) struct Expectation {
     pub(crate) max_recovery_ms: Option<f64>,
     /// Fewest successful acquires for the run to say anything.
     pub(crate) min_acquired: u64,
+    /// Fewest successful acquires of each kind the workers asked for (0: not judged): the load
+    /// went through for every kind, readers and writers alike.
+    #[serde(default)]
+    pub(crate) min_per_kind: u64,
 }
 
 impl Expectation {
@@ -62,6 +74,7 @@ impl Expectation {
         Expectation {
             definite: Want::Forbidden,
             possible: Want::Forbidden,
+            over_admitted: Want::Forbidden,
             lost_updates: Want::Forbidden,
             stale_accepted: Want::Forbidden,
             rejected: Want::Allowed,
@@ -70,6 +83,7 @@ impl Expectation {
             min_heal_success: None,
             max_recovery_ms: None,
             min_acquired: 1,
+            min_per_kind: 0,
         }
     }
 
@@ -77,7 +91,13 @@ impl Expectation {
     /// to be found (a positive control). A possible violation alone is not one: it is how a
     /// paused holder shows up even when fencing protects the resource.
     pub(crate) fn is_positive_control(&self) -> bool {
-        [self.definite, self.lost_updates, self.stale_accepted].contains(&Want::Required)
+        [
+            self.definite,
+            self.over_admitted,
+            self.lost_updates,
+            self.stale_accepted,
+        ]
+        .contains(&Want::Required)
     }
 
     /// One line for reports.
@@ -87,9 +107,11 @@ impl Expectation {
         for (want, what) in [
             (self.definite, "definite"),
             (self.possible, "possible"),
+            (self.over_admitted, "over-admission"),
             (self.lost_updates, "lost updates"),
             (self.stale_accepted, "stale writes"),
             (self.rejected, "refused writes"),
+            (self.fence_order, "fence order violations"),
         ] {
             match want {
                 Want::Required => must.push(what),
@@ -121,6 +143,12 @@ impl Expectation {
         }
         if let Some(max) = self.max_recovery_ms {
             s.push_str(&format!("; recovery within {max:.0} ms of a heal"));
+        }
+        if self.min_per_kind > 0 {
+            s.push_str(&format!(
+                "; at least {} acquires of each kind asked for",
+                self.min_per_kind
+            ));
         }
         s
     }
@@ -192,9 +220,16 @@ pub(crate) fn judge(
     expect
         .definite
         .judge("definite violations", a.definite.len() as u64, &mut reasons);
-    expect
-        .possible
-        .judge("possible violations", a.possible.len() as u64, &mut reasons);
+    expect.possible.judge(
+        "possible violations",
+        (a.possible.len() + a.possibly_crowded.len()) as u64,
+        &mut reasons,
+    );
+    expect.over_admitted.judge(
+        "semaphore over-admissions",
+        a.crowded.len() as u64,
+        &mut reasons,
+    );
     expect
         .lost_updates
         .judge("lost updates", a.lost_updates, &mut reasons);
@@ -209,6 +244,22 @@ pub(crate) fn judge(
         a.fence_order_violations,
         &mut reasons,
     );
+    if a.partial_sections > 0 {
+        reasons.push(format!(
+            "{} multi-lock sections did not hold every one of their names",
+            a.partial_sections
+        ));
+    }
+    if expect.min_per_kind > 0 {
+        for (kind, counts) in &a.by_kind {
+            if counts.ok < expect.min_per_kind {
+                reasons.push(format!(
+                    "only {} {kind} acquires succeeded of {} (at least {} expected)",
+                    counts.ok, counts.invoked, expect.min_per_kind
+                ));
+            }
+        }
+    }
     if a.false_acquires > 0 {
         reasons.push(format!(
             "{} acquires succeeded while a majority was out",

@@ -13,7 +13,7 @@ use crate::docker::{MASTERS, RESOURCE};
 use crate::history::{Event, EventKind, PhaseKind, RUNNER, WorkerId};
 use crate::scenario::Scenario;
 use crate::settings::RunSettings;
-use crate::worker::{Command, LOCK_NAME, LoadParams};
+use crate::worker::{Command, LOCK_NAME, LoadParams, LockSpec};
 
 /// A worker process and its pipes.
 pub(super) struct WorkerHandle {
@@ -37,8 +37,12 @@ impl Ctx {
         let nodes: Vec<String> = MASTERS.iter().map(|s| self.project.url(s)).collect();
         let log = std::fs::File::create(self.dir.join(format!("worker-{id}.log")))
             .map_err(|e| format!("worker log: {e}"))?;
-        let mut child = tokio::process::Command::new(&settings.exe)
-            .arg("worker")
+        let mut command = tokio::process::Command::new(&settings.exe);
+        command.arg("worker");
+        if scenario.unsafe_semaphores {
+            command.arg("--unsafe-majority-semaphores");
+        }
+        let mut child = command
             .args(["--id", &id.to_string()])
             .args(["--epoch-ns", &self.clock.epoch_ns().to_string()])
             .args(["--nodes", &nodes.join(",")])
@@ -191,18 +195,30 @@ impl Ctx {
         self.wait_done(id, cmd, within).await
     }
 
-    /// Worker `id` takes the lock (retrying for `wait`); returns whether it got it.
+    /// Worker `id` takes the mutex (retrying for `wait`); returns whether it got it.
     pub(crate) async fn acquire(
         &mut self,
         id: WorkerId,
         ttl: Duration,
         wait: Duration,
     ) -> Step<bool> {
+        self.acquire_as(id, ttl, wait, LockSpec::Mutex).await
+    }
+
+    /// Worker `id` takes what `lock` asks for (retrying for `wait`); returns whether it got it.
+    pub(crate) async fn acquire_as(
+        &mut self,
+        id: WorkerId,
+        ttl: Duration,
+        wait: Duration,
+        lock: LockSpec,
+    ) -> Step<bool> {
         let (ttl_ms, wait_ms) = (millis(ttl), millis(wait));
         self.call(id, wait + Duration::from_secs(10), |n| Command::Acquire {
             id: n,
             ttl_ms,
             wait_ms,
+            lock,
         })
         .await
     }
@@ -259,10 +275,23 @@ impl Ctx {
         Ok(())
     }
 
-    /// The final acquire: a worker takes the lock (retrying for `wait`) and releases it.
+    /// The final acquire: a worker takes the mutex (retrying for `wait`) and releases it.
     pub(crate) async fn final_acquire(&mut self, id: WorkerId, wait: Duration) -> Step {
+        self.final_acquire_as(id, wait, LockSpec::Mutex).await
+    }
+
+    /// The final acquire of what `lock` asks for.
+    pub(crate) async fn final_acquire_as(
+        &mut self,
+        id: WorkerId,
+        wait: Duration,
+        lock: LockSpec,
+    ) -> Step {
         self.phase("final acquire", PhaseKind::Final);
-        if self.acquire(id, Duration::from_secs(1), wait).await? {
+        if self
+            .acquire_as(id, Duration::from_secs(1), wait, lock)
+            .await?
+        {
             self.release(id).await?;
         }
         Ok(())

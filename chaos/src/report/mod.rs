@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::checker::{Analysis, Overlap, PhaseStats, WriteOutcome};
+use crate::checker::{Analysis, Crowd, Overlap, PhaseStats, WriteOutcome};
 use crate::history::PhaseKind;
 use crate::outcome::ScenarioOutcome;
 
@@ -58,6 +58,24 @@ fn overlaps_json(list: &[Overlap]) -> Value {
     Value::Array(shown)
 }
 
+fn crowds_json(list: &[Crowd]) -> Value {
+    let shown: Vec<Value> = list
+        .iter()
+        .take(20)
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "permits": c.permits,
+                "admitted": { "worker": c.admitted.0, "fence": c.admitted.1 },
+                "holders": c.holders.iter().map(|(w, f)| json!({ "worker": w, "fence": f })).collect::<Vec<_>>(),
+                "at_s": secs(c.from),
+                "overlap_ms": (c.overlap_ms * 10.0).round() / 10.0,
+            })
+        })
+        .collect();
+    Value::Array(shown)
+}
+
 fn phase_json(p: &PhaseStats) -> Value {
     json!({
         "name": p.name,
@@ -77,6 +95,7 @@ fn figures(a: &Analysis) -> Value {
     let count = |o: WriteOutcome| a.writes.iter().filter(|w| w.outcome == o).count();
     json!({
         "acquire": a.acquire,
+        "acquire_by_kind": a.by_kind,
         "extend": a.extend,
         "release": a.release,
         "holds": a.holds.len(),
@@ -93,6 +112,12 @@ fn figures(a: &Analysis) -> Value {
         "definite": overlaps_json(&a.definite),
         "possible_violations": a.possible.len(),
         "possible": overlaps_json(&a.possible),
+        "over_admissions": a.crowded.len(),
+        "max_over_admission_ms": (a.max_crowded_ms() * 10.0).round() / 10.0,
+        "over_admitted": crowds_json(&a.crowded),
+        "possible_over_admissions": a.possibly_crowded.len(),
+        "possibly_over_admitted": crowds_json(&a.possibly_crowded),
+        "partial_multi_sections": a.partial_sections,
         "fence_order_violations": a.fence_order_violations,
         "false_acquires": a.false_acquires,
         "final_acquire": a.final_acquire,
@@ -206,8 +231,8 @@ fn fmt_duration(d: Duration) -> String {
 /// The results table, one row per scenario.
 pub(crate) fn markdown_table(outcomes: &[ScenarioOutcome]) -> String {
     let mut t = String::from(
-        "| scenario | expected | verdict | acquires ok / fail / unknown | faults confirmed | definite (max overlap) | possible | stale writes accepted / refused | lost updates | min success under fault | min success after heal | max recovery | final acquire | time |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| scenario | expected | verdict | acquires ok / fail / unknown | faults confirmed | definite (max overlap) | over-admitted (max) | possible | stale writes accepted / refused | lost updates | min success under fault | min success after heal | max recovery | final acquire | time |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for o in outcomes {
         let a = &o.analysis;
@@ -216,6 +241,11 @@ pub(crate) fn markdown_table(outcomes: &[ScenarioOutcome]) -> String {
             "0".to_owned()
         } else {
             format!("{} ({:.0} ms)", a.definite.len(), a.max_definite_ms())
+        };
+        let crowded = if a.crowded.is_empty() {
+            "0".to_owned()
+        } else {
+            format!("{} ({:.0} ms)", a.crowded.len(), a.max_crowded_ms())
         };
         let success = |kind| {
             a.min_success(kind)
@@ -233,7 +263,7 @@ pub(crate) fn markdown_table(outcomes: &[ScenarioOutcome]) -> String {
         };
         let _ = writeln!(
             t,
-            "| {} | {} | **{}** | {} / {} / {} | {}/{} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | **{}** | {} / {} / {} | {}/{} | {} | {} | {} | {} / {} | {} | {} | {} | {} | {} | {} |",
             o.scenario.name,
             expected,
             o.verdict.label(),
@@ -243,7 +273,8 @@ pub(crate) fn markdown_table(outcomes: &[ScenarioOutcome]) -> String {
             a.faults_confirmed(),
             a.faults.len(),
             definite,
-            a.possible.len(),
+            crowded,
+            a.possible.len() + a.possibly_crowded.len(),
             a.stale_accepted,
             a.rejected,
             a.lost_updates,
@@ -255,6 +286,11 @@ pub(crate) fn markdown_table(outcomes: &[ScenarioOutcome]) -> String {
         );
     }
     t
+}
+
+/// Whether the workers asked for anything but the mutex.
+fn has_kinds(a: &Analysis) -> bool {
+    a.by_kind.keys().any(|k| k != "mutex")
 }
 
 fn details(outcomes: &[ScenarioOutcome]) -> String {
@@ -279,6 +315,19 @@ fn details(outcomes: &[ScenarioOutcome]) -> String {
         );
         for r in &o.reasons {
             let _ = writeln!(s, "- {r}");
+        }
+        if has_kinds(&o.analysis) {
+            let kinds: Vec<String> = o
+                .analysis
+                .by_kind
+                .iter()
+                .map(|(k, c)| format!("{k} {} of {}", c.ok, c.invoked))
+                .collect();
+            let _ = writeln!(
+                s,
+                "\nAcquires that succeeded, by kind: {}.",
+                kinds.join(", ")
+            );
         }
         if !o.analysis.phases.is_empty() {
             s.push_str("\n| phase | from | acquires | success | recovery |\n| --- | --- | --- | --- | --- |\n");

@@ -224,9 +224,15 @@ pub(crate) fn timeline_svg(o: &ScenarioOutcome) -> String {
         let (c0, c1) = h.certain();
         let (_, a1) = h.action();
         let title = if detailed || in_overlap(h.fence) {
+            let what = if h.section.names.is_empty() {
+                String::new()
+            } else {
+                format!(" {} {}", h.section.label(), h.section.names.join(","))
+            };
             format!(
-                "<title>worker{} fence {}: held {:.3}s-{:.3}s</title>",
+                "<title>worker{}{} fence {}: held {:.3}s-{:.3}s</title>",
                 h.worker,
+                esc(&what),
                 h.fence,
                 c0 as f64 / 1e9,
                 c1 as f64 / 1e9
@@ -298,6 +304,27 @@ pub(crate) fn timeline_svg(o: &ScenarioOutcome) -> String {
             }
         }
     }
+    // A semaphore's holders beyond its permits, on every holder's row.
+    for (list, color) in [(&a.crowded, "#e31a1c"), (&a.possibly_crowded, "#fb9a99")] {
+        for c in list.iter() {
+            let to = c.from + (c.overlap_ms * 1e6) as u64;
+            for (w, _) in &c.holders {
+                let oy = y(&format!("worker{w}"));
+                let _ = write!(
+                    s,
+                    r#"<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="{color}" stroke-width="2"><title>{} holders of {} permits ({}): {:.1} ms</title></rect>"#,
+                    x(c.from),
+                    oy + 2.0,
+                    round1((x(to) - x(c.from)).max(2.0)),
+                    row_h - 4.0,
+                    c.holders.len(),
+                    c.permits,
+                    esc(&c.name),
+                    c.overlap_ms
+                );
+            }
+        }
+    }
     // Writes.
     let stale_fences: Vec<(u32, u64)> = a
         .writes
@@ -306,6 +333,7 @@ pub(crate) fn timeline_svg(o: &ScenarioOutcome) -> String {
             w.outcome == WriteOutcome::Accepted
                 && a.writes.iter().any(|v| {
                     v.outcome == WriteOutcome::Accepted
+                        && v.key == w.key
                         && v.fence > w.fence
                         && v.done.is_some_and(|d| d < w.invoked)
                 })
@@ -352,8 +380,8 @@ pub(crate) fn timeline_svg(o: &ScenarioOutcome) -> String {
     let legend = [
         ("#31a354", "lock held (certain window)"),
         ("#fd8d3c", "acting after validity"),
-        ("#e31a1c", "definite overlap / stale write"),
-        ("#fb9a99", "possible overlap"),
+        ("#e31a1c", "definite violation / stale write"),
+        ("#fb9a99", "possible violation"),
         ("#08519c", "write accepted"),
         ("#7a0177", "write refused"),
         ("#555555", "master down"),

@@ -10,8 +10,10 @@
 //!   *positive controls*: the checker must find the violation, or the suite fails (a checker
 //!   that finds nothing where there is something proves nothing where there is nothing).
 //!
-//! The load loop is in `load`, the scripted situations in `scripted`.
+//! The load loop is in `load`, the scripted situations in `scripted`, and the scenarios of the
+//! other lock kinds (read-write, semaphore, multi-lock, reentrant) in `kinds`.
 
+mod kinds;
 mod load;
 mod scripted;
 
@@ -22,6 +24,7 @@ use crate::ctx::{Ctx, Step};
 use crate::history::PhaseKind;
 use crate::scenario::{Kind, LoadFault, Scenario};
 use crate::settings::Size;
+use crate::worker::Mix;
 
 /// TTL of the load loops' locks.
 const LOAD_TTL: Duration = Duration::from_millis(1500);
@@ -64,6 +67,8 @@ pub(crate) fn all() -> Vec<Scenario> {
         quarantine: Duration::ZERO,
         max_ttl: LOAD_TTL,
         expect,
+        mix: Mix::Mutex,
+        unsafe_semaphores: false,
     };
     let script = |name, about, kind, durable, fencing, quarantine, expect| Scenario {
         name,
@@ -74,10 +79,12 @@ pub(crate) fn all() -> Vec<Scenario> {
         quarantine,
         max_ttl: SCRIPT_TTL,
         expect,
+        mix: Mix::Mutex,
+        unsafe_semaphores: false,
     };
     // Scenarios where masters restart empty may lose fencing counters: fence order is not
     // promised there (it needs durable masters), so it is reported, not judged.
-    vec![
+    let mut all = vec![
         load(
             "kill-minority",
             "kill 2 of 5 masters under load, start them again (empty) after a TTL",
@@ -231,7 +238,9 @@ pub(crate) fn all() -> Vec<Scenario> {
                 ..Expectation::clean()
             },
         ),
-    ]
+    ];
+    all.extend(kinds::kinds());
+    all
 }
 
 impl Expectation {
@@ -245,8 +254,9 @@ impl Expectation {
 pub(crate) async fn body(s: &Scenario, ctx: &mut Ctx, size: &Size) -> Step {
     match s.kind {
         Kind::Load(fault) => {
-            load::load(ctx, size, fault).await?;
-            ctx.final_acquire(1, Duration::from_secs(5)).await
+            load::load(ctx, size, fault, &s.mix).await?;
+            ctx.final_acquire_as(1, Duration::from_secs(5), kinds::final_spec(&s.mix))
+                .await
         }
         Kind::EmptyRestart => scripted::empty_restart(s, ctx, false).await,
         Kind::EmptyRestartNewcomer => scripted::empty_restart(s, ctx, true).await,
@@ -260,11 +270,12 @@ pub(crate) async fn body(s: &Scenario, ctx: &mut Ctx, size: &Size) -> Step {
             }
             ctx.release(1).await?;
             scripted::empty_restart(s, ctx, false).await?;
-            load::load(ctx, size, LoadFault::AofRestart).await?;
+            load::load(ctx, size, LoadFault::AofRestart, &Mix::Mutex).await?;
             ctx.final_acquire(1, Duration::from_secs(5)).await
         }
         Kind::ClockJump => scripted::clock_jump(ctx).await,
         Kind::PausedHolder => scripted::paused_holder(ctx).await,
+        Kind::SemaphorePartitions => kinds::semaphore_partitions(ctx).await,
     }
 }
 

@@ -1,5 +1,5 @@
-//! What the runner tells a worker, one JSON line on its stdin each: commands, and the settings
-//! of a load loop.
+//! What the runner tells a worker, one JSON line on its stdin each: commands, the kind of lock
+//! they take, and the settings of a load loop.
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +15,9 @@ pub(crate) enum Command {
         ttl_ms: u64,
         /// How long to keep trying, in ms.
         wait_ms: u64,
+        /// What to take (absent: the mutex).
+        #[serde(default)]
+        lock: LockSpec,
     },
     /// Read the counter.
     Read {
@@ -53,6 +56,70 @@ pub(crate) enum Command {
     Exit,
 }
 
+/// What an acquire takes: the worker's lock name as one kind, or several names at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum LockSpec {
+    /// The mutex.
+    #[default]
+    Mutex,
+    /// One hold of a reentrant lock, as the worker's own owner (which re-enters).
+    Reentrant,
+    /// A reader's share.
+    Read,
+    /// The writer's share.
+    Write,
+    /// One permit of a semaphore.
+    Semaphore {
+        /// Its permits.
+        permits: u32,
+    },
+    /// These names all at once, each a mutex (all-or-nothing).
+    Multi {
+        /// The names.
+        names: Vec<String>,
+    },
+}
+
+/// What a load loop's critical sections take, iteration after iteration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mix", rename_all = "snake_case")]
+pub(crate) enum Mix {
+    /// The mutex; the holder reads, writes, may extend and write again.
+    #[default]
+    Mutex,
+    /// The read-write lock: a writer `write_percent` of the time (it reads and writes, fenced
+    /// with its token), a reader otherwise (it reads and holds a while).
+    ReadWrite {
+        /// Chance in percent of taking the writer's share.
+        write_percent: u64,
+    },
+    /// A semaphore permit: the holder reads and holds a while (holders share the resource, so
+    /// they do not write it).
+    Semaphore {
+        /// The semaphore's permits.
+        permits: u32,
+    },
+    /// The reentrant lock, held `depth` times by the worker's owner (nested, a write under
+    /// each hold); `mutex_percent` of the time a plain mutex of the same name instead.
+    Reentrant {
+        /// Holds per section.
+        depth: u32,
+        /// Chance in percent of taking the mutex instead.
+        mutex_percent: u64,
+    },
+    /// Between `min` and `max` of `names`, picked at random, all at once; the holder reads and
+    /// writes each name's own counter, fenced with that name's token.
+    Multi {
+        /// The names to pick from.
+        names: Vec<String>,
+        /// Fewest names per section.
+        min: u64,
+        /// Most names per section.
+        max: u64,
+    },
+}
+
 /// Settings of a load loop.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct LoadParams {
@@ -72,4 +139,7 @@ pub(crate) struct LoadParams {
     pub(crate) max_ms: u64,
     /// Seed of the loop's jitter.
     pub(crate) seed: u64,
+    /// What each critical section takes (absent: the mutex).
+    #[serde(default)]
+    pub(crate) mix: Mix,
 }

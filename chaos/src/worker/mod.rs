@@ -12,22 +12,30 @@
 //! each write the holder checks that its lock is still valid, as a careful holder would; a
 //! process frozen between that check and its write is exactly what fencing is for.
 //!
-//! The commands are in `command`, the operations and the load loop in `operations`.
+//! Each critical section takes a lock of one kind (mutex, reentrant, read, write, semaphore)
+//! or several names at once (a multi-lock); what it took is recorded with its acquisition
+//! (`history::Section`). Readers and semaphore holders share the resource and only read it; a
+//! multi-lock's holder writes each name's own counter with that name's fencing token.
+//!
+//! The commands are in `command`, what a section holds in `section`, the operations in
+//! `operations` and the load loop in `load`.
 
 mod command;
+mod load;
 mod operations;
+mod section;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redquorum::Client;
+use redquorum::{Client, Owner};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 
 use crate::history::{Clock, EventKind, WorkerId};
 
-pub(crate) use self::command::{Command, LoadParams};
+pub(crate) use self::command::{Command, LoadParams, LockSpec, Mix};
 use self::operations::Worker;
 
 /// The key of the protected counter on the resource Redis.
@@ -66,6 +74,9 @@ pub(crate) struct WorkerArgs {
     /// The client's per-node deadline, in ms.
     #[arg(long)]
     pub(crate) node_timeout_ms: u64,
+    /// Semaphores on a bare majority (unsafe: the semaphore's positive control).
+    #[arg(long)]
+    pub(crate) unsafe_majority_semaphores: bool,
 }
 
 /// Runs a worker until `exit` or the end of stdin.
@@ -75,27 +86,33 @@ pub(crate) struct WorkerArgs {
 /// When the client cannot be built or stdout is gone (the runner died).
 pub(crate) async fn run(args: WorkerArgs) -> Result<(), String> {
     init_logs(Clock::new(args.epoch_ns));
-    let client = Client::builder()
+    let mut builder = Client::builder()
         .nodes(args.nodes.iter().cloned())
         .quarantine(Duration::from_millis(args.quarantine_ms))
         .max_ttl(Duration::from_millis(args.max_ttl_ms))
-        .node_timeout(Duration::from_millis(args.node_timeout_ms))
+        .node_timeout(Duration::from_millis(args.node_timeout_ms));
+    if args.unsafe_majority_semaphores {
+        builder = builder.unsafe_majority_semaphores();
+    }
+    let client = builder
         .build()
         .map_err(|e| format!("cannot build the client: {e}"))?;
+    let owner = Owner::random().map_err(|e| format!("no owner id: {e}"))?;
     let resource =
         redis::Client::open(args.resource.as_str()).map_err(|e| format!("resource URL: {e}"))?;
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = mpsc::unbounded_channel();
     tokio::spawn(read_commands(tx, stop.clone()));
-    let mut worker = Worker::new(&args, client, resource, stop);
+    let mut worker = Worker::new(&args, client, resource, owner, stop);
     while let Some(command) = rx.recv().await {
         let (id, ok, detail) = match command {
             Command::Acquire {
                 id,
                 ttl_ms,
                 wait_ms,
+                lock,
             } => {
-                let ok = worker.acquire(ttl_ms, wait_ms).await?;
+                let ok = worker.acquire(ttl_ms, wait_ms, &lock).await?;
                 (id, ok, String::new())
             }
             Command::Read { id } => (id, worker.read().await?, String::new()),

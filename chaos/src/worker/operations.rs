@@ -1,38 +1,56 @@
 //! A worker's operations on the lock and on the resource (acquire, read, write, extend,
-//! release, and the load loop that repeats them), each recorded as an invocation and an outcome
-//! on stdout.
+//! release), each recorded as an invocation and an outcome on stdout. The load loop that
+//! repeats them is in `load`.
 
 use std::io::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use redquorum::fencing::{FencedWrite, fenced_set};
-use redquorum::{Client, Lock, LockOptions};
+use redquorum::{Client, LockOptions, Owner};
 
-use super::{LoadParams, RESOURCE_KEY, WorkerArgs};
+use super::command::LockSpec;
+use super::section::{Held, asked};
+use super::{RESOURCE_KEY, WorkerArgs};
 use crate::history::{Clock, Event, EventKind, WorkerId};
-use crate::rng::SplitMix;
 
 /// A holder does not start a step with less validity left than this.
-const MARGIN: Duration = Duration::from_millis(10);
+pub(super) const MARGIN: Duration = Duration::from_millis(10);
 
-/// A worker's client, its lock and what it read under it.
+/// The resource counter of one lock name of a multi-lock.
+pub(super) fn counter_of(name: &str) -> String {
+    format!("{RESOURCE_KEY}:{name}")
+}
+
+/// A value read from the resource, to be written back plus one.
+struct Reading {
+    key: String,
+    /// The lock name whose fencing token guards `key` (none: the section's own token).
+    name: Option<String>,
+    value: i64,
+}
+
+/// A worker's client, what it holds and what it read under it.
 pub(super) struct Worker {
-    id: WorkerId,
-    clock: Clock,
+    pub(super) id: WorkerId,
+    pub(super) clock: Clock,
     client: Client,
     resource: redis::Client,
     conn: Option<MultiplexedConnection>,
     fencing: bool,
     lock_name: String,
+    /// The worker's own owner of reentrant locks.
+    owner: Owner,
     next_op: u64,
-    lock: Option<Lock>,
-    /// The counter as read under the current lock.
-    last_read: Option<i64>,
-    stop: Arc<AtomicBool>,
+    /// The sections held: the first one, then holds nested in it (a reentrant owner's).
+    /// Reads, writes, extends and releases act on the last.
+    held: Vec<Held>,
+    /// The counter as read under the current section.
+    last_read: Option<Reading>,
+    pub(super) stop: Arc<AtomicBool>,
 }
 
 impl Worker {
@@ -41,9 +59,11 @@ impl Worker {
         args: &WorkerArgs,
         client: Client,
         resource: redis::Client,
+        owner: Owner,
         stop: Arc<AtomicBool>,
     ) -> Self {
         Worker {
+            owner,
             id: args.id,
             clock: Clock::new(args.epoch_ns),
             client,
@@ -52,7 +72,7 @@ impl Worker {
             fencing: args.fencing,
             lock_name: args.lock.clone(),
             next_op: 0,
-            lock: None,
+            held: Vec::new(),
             last_read: None,
             stop,
         }
@@ -81,38 +101,63 @@ impl Worker {
     }
 
     /// `t + remaining`: conservative, as `remaining` is read after `t`.
-    fn valid_until(&self, t: u64, lock: &Lock) -> u64 {
-        t + u64::try_from(lock.remaining().as_nanos()).unwrap_or(u64::MAX / 2)
+    fn valid_until(&self, t: u64, held: &Held) -> u64 {
+        t + u64::try_from(held.remaining().as_nanos()).unwrap_or(u64::MAX / 2)
     }
 
     fn token(&self) -> String {
-        self.lock
-            .as_ref()
-            .map(|l| l.token().to_owned())
-            .unwrap_or_default()
+        self.held.last().map(Held::token).unwrap_or_default()
     }
 
-    pub(super) async fn acquire(&mut self, ttl_ms: u64, wait_ms: u64) -> Result<bool, String> {
-        // A lock still in hand is abandoned (it expires at its TTL); scripts never do this.
-        self.lock = None;
+    /// How much longer the current section is certainly held (zero without one).
+    pub(super) fn remaining(&self) -> Duration {
+        self.held.last().map_or(Duration::ZERO, Held::remaining)
+    }
+
+    /// Takes what `spec` asks for, abandoning whatever is still held (it expires at its TTL;
+    /// scripts never do this).
+    pub(super) async fn acquire(
+        &mut self,
+        ttl_ms: u64,
+        wait_ms: u64,
+        spec: &LockSpec,
+    ) -> Result<bool, String> {
+        self.held.clear();
+        self.enter(ttl_ms, wait_ms, spec).await
+    }
+
+    /// Takes what `spec` asks for within the current section (a nested reentrant hold), or as
+    /// the first section.
+    pub(super) async fn enter(
+        &mut self,
+        ttl_ms: u64,
+        wait_ms: u64,
+        spec: &LockSpec,
+    ) -> Result<bool, String> {
         self.last_read = None;
         let op = self.op();
-        self.emit(EventKind::AcquireInvoke { op, ttl_ms })?;
+        let section = asked(&self.lock_name, spec, &self.owner);
+        self.emit(EventKind::AcquireInvoke {
+            op,
+            ttl_ms,
+            section: section.clone(),
+        })?;
         let opts =
             LockOptions::new(Duration::from_millis(ttl_ms)).wait(Duration::from_millis(wait_ms));
-        match self.client.acquire(&self.lock_name, &opts).await {
-            Ok(lock) => {
+        match Held::take(&self.client, &self.lock_name, spec, &self.owner, opts).await {
+            Ok(held) => {
                 let t = self.clock.now();
                 self.emit_at(
                     t,
                     EventKind::AcquireOk {
                         op,
-                        token: lock.token().to_owned(),
-                        fence: lock.fence(),
-                        valid_until: self.valid_until(t, &lock),
+                        token: held.token(),
+                        fence: held.fence(),
+                        valid_until: self.valid_until(t, &held),
+                        section: held.section(&section),
                     },
                 )?;
-                self.lock = Some(lock);
+                self.held.push(held);
                 Ok(true)
             }
             Err(e) => {
@@ -140,21 +185,26 @@ impl Worker {
         Ok(conn)
     }
 
+    /// Reads the counter.
     pub(super) async fn read(&mut self) -> Result<bool, String> {
+        self.read_key(RESOURCE_KEY, None).await
+    }
+
+    /// Reads the counter `key`, guarded by lock `name`'s fencing token (none: the section's).
+    pub(super) async fn read_key(&mut self, key: &str, name: Option<&str>) -> Result<bool, String> {
         let token = self.token();
         let value: Result<Option<i64>, _> = match self.resource().await {
-            Ok(mut conn) => {
-                redis::cmd("GET")
-                    .arg(RESOURCE_KEY)
-                    .query_async(&mut conn)
-                    .await
-            }
+            Ok(mut conn) => redis::cmd("GET").arg(key).query_async(&mut conn).await,
             Err(e) => Err(e),
         };
         match value {
             Ok(v) => {
                 let value = v.unwrap_or(0);
-                self.last_read = Some(value);
+                self.last_read = Some(Reading {
+                    key: key.to_owned(),
+                    name: name.map(str::to_owned),
+                    value,
+                });
                 self.emit(EventKind::Read { token, value })?;
                 Ok(true)
             }
@@ -172,14 +222,21 @@ impl Worker {
     /// Checks the lock, pauses, writes the value read plus one. Returns whether the resource
     /// accepted the write.
     pub(super) async fn write(&mut self, pause_ms: u64) -> Result<(bool, String), String> {
-        let Some(lock) = &self.lock else {
+        let Some(held) = self.held.last() else {
             return Ok((false, "no lock".to_owned()));
         };
-        let Some(read) = self.last_read else {
+        let Some(read) = self.last_read.take() else {
             return Ok((false, "nothing read under this lock".to_owned()));
         };
-        let (token, fence) = (lock.token().to_owned(), lock.fence());
-        if lock.remaining() <= MARGIN {
+        let fence = match &read.name {
+            Some(name) => held.fence_of(name),
+            None => Some(held.fence()),
+        };
+        let Some(fence) = fence else {
+            return Ok((false, "no fencing token for the name read".to_owned()));
+        };
+        let token = held.token();
+        if held.remaining() <= MARGIN {
             self.emit(EventKind::WriteSkipped { token })?;
             return Ok((false, "lock expired before the write".to_owned()));
         }
@@ -189,7 +246,7 @@ impl Worker {
         if pause_ms > 0 {
             tokio::time::sleep(Duration::from_millis(pause_ms)).await;
         }
-        let value = read + 1;
+        let value = read.value + 1;
         let op = self.op();
         self.emit(EventKind::WriteInvoke {
             op,
@@ -197,15 +254,16 @@ impl Worker {
             fence,
             value,
             fenced: self.fencing,
+            key: (read.key != RESOURCE_KEY).then(|| read.key.clone()),
         })?;
         let result = match self.resource().await {
             Ok(mut conn) if self.fencing => {
-                fenced_set(&mut conn, RESOURCE_KEY, value.to_string().as_bytes(), fence)
+                fenced_set(&mut conn, &read.key, value.to_string().as_bytes(), fence)
                     .await
                     .map_err(|e| e.to_string())
             }
             Ok(mut conn) => redis::cmd("SET")
-                .arg(RESOURCE_KEY)
+                .arg(&read.key)
                 .arg(value)
                 .query_async::<()>(&mut conn)
                 .await
@@ -213,8 +271,7 @@ impl Worker {
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
-        // The value is now written (or not): the next write needs a new read.
-        self.last_read = None;
+        // The value is now written (or not): the next write needs a new read (taken above).
         match result {
             Ok(FencedWrite::Written) => {
                 self.emit(EventKind::WriteOk { op })?;
@@ -235,16 +292,17 @@ impl Worker {
         }
     }
 
+    /// Extends the current section.
     pub(super) async fn extend(&mut self, ttl_ms: u64) -> Result<bool, String> {
         let op = self.op();
-        let Some(mut lock) = self.lock.take() else {
+        let Some(mut held) = self.held.pop() else {
             return Ok(false);
         };
         self.emit(EventKind::ExtendInvoke {
             op,
-            token: lock.token().to_owned(),
+            token: held.token(),
         })?;
-        let result = lock.extend(Duration::from_millis(ttl_ms)).await;
+        let result = held.extend(Duration::from_millis(ttl_ms)).await;
         let ok = match result {
             Ok(()) => {
                 let t = self.clock.now();
@@ -252,7 +310,7 @@ impl Worker {
                     t,
                     EventKind::ExtendOk {
                         op,
-                        valid_until: self.valid_until(t, &lock),
+                        valid_until: self.valid_until(t, &held),
                     },
                 )?;
                 true
@@ -265,21 +323,22 @@ impl Worker {
                 false
             }
         };
-        self.lock = Some(lock);
+        self.held.push(held);
         Ok(ok)
     }
 
+    /// Releases the current section (the innermost nested hold first).
     pub(super) async fn release(&mut self) -> Result<bool, String> {
-        let Some(lock) = self.lock.take() else {
+        let Some(held) = self.held.pop() else {
             return Ok(false);
         };
         self.last_read = None;
         let op = self.op();
         self.emit(EventKind::ReleaseInvoke {
             op,
-            token: lock.token().to_owned(),
+            token: held.token(),
         })?;
-        match lock.release().await {
+        match held.release().await {
             Ok(()) => {
                 self.emit(EventKind::ReleaseOk { op })?;
                 Ok(true)
@@ -292,33 +351,5 @@ impl Worker {
                 Ok(false)
             }
         }
-    }
-
-    pub(super) async fn load(&mut self, p: &LoadParams) -> Result<u64, String> {
-        let mut rng = SplitMix::new(p.seed ^ u64::from(self.id).wrapping_mul(0x9E37_79B9));
-        let until = self.clock.now() + p.max_ms * 1_000_000;
-        let mut n = 0;
-        while n < p.max_iterations && !self.stop.load(Ordering::SeqCst) && self.clock.now() < until
-        {
-            n += 1;
-            if self.acquire(p.ttl_ms, p.wait_ms).await? {
-                if self.read().await? {
-                    let hold = rng.range(p.hold_ms.0, p.hold_ms.1);
-                    tokio::time::sleep(Duration::from_millis(hold)).await;
-                    self.write(0).await?;
-                }
-                if rng.range(1, 100) <= p.extend_percent
-                    && self.lock.as_ref().is_some_and(|l| l.remaining() > MARGIN)
-                    && self.extend(p.ttl_ms).await?
-                    && self.read().await?
-                {
-                    self.write(0).await?;
-                }
-                self.release().await?;
-            }
-            let think = rng.range(p.think_ms.0, p.think_ms.1);
-            tokio::time::sleep(Duration::from_millis(think)).await;
-        }
-        Ok(n)
     }
 }

@@ -3,6 +3,7 @@
 use super::*;
 use crate::checker::test_history::{MS, ev, hold, phase, write};
 use crate::checker::{Expectation, Verdict, judge};
+use crate::history::Section;
 
 #[test]
 fn sequential_holds_are_clean() {
@@ -98,7 +99,15 @@ fn unfinished_operations_are_unknown() {
             token: "tok-1-1".into(),
         },
     ));
-    h.push(ev(20, 2, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
+    h.push(ev(
+        20,
+        2,
+        EventKind::AcquireInvoke {
+            op: 1,
+            ttl_ms: 100,
+            section: Section::default(),
+        },
+    ));
     h.push(ev(
         30,
         1,
@@ -170,7 +179,15 @@ fn phases_measure_success_recovery_and_false_acquires() {
     let mut h = vec![phase(0, "baseline", PhaseKind::Normal)];
     h.extend(hold(1, 1, 10, (10, 20, 100), Some(30)));
     h.push(phase(100, "majority down", PhaseKind::Unavailable));
-    h.push(ev(110, 1, EventKind::AcquireInvoke { op: 3, ttl_ms: 100 }));
+    h.push(ev(
+        110,
+        1,
+        EventKind::AcquireInvoke {
+            op: 3,
+            ttl_ms: 100,
+            section: Section::default(),
+        },
+    ));
     h.push(ev(
         160,
         1,
@@ -180,7 +197,15 @@ fn phases_measure_success_recovery_and_false_acquires() {
         },
     ));
     h.push(phase(200, "healed", PhaseKind::Heal));
-    h.push(ev(210, 1, EventKind::AcquireInvoke { op: 5, ttl_ms: 100 }));
+    h.push(ev(
+        210,
+        1,
+        EventKind::AcquireInvoke {
+            op: 5,
+            ttl_ms: 100,
+            section: Section::default(),
+        },
+    ));
     h.push(ev(
         215,
         1,
@@ -203,7 +228,15 @@ fn phases_measure_success_recovery_and_false_acquires() {
 
     // One that waited through the outage and succeeded once the heal began is not.
     let mut h = vec![phase(0, "majority down", PhaseKind::Unavailable)];
-    h.push(ev(10, 1, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
+    h.push(ev(
+        10,
+        1,
+        EventKind::AcquireInvoke {
+            op: 1,
+            ttl_ms: 100,
+            section: Section::default(),
+        },
+    ));
     h.push(ev(
         50,
         RUNNER,
@@ -221,6 +254,7 @@ fn phases_measure_success_recovery_and_false_acquires() {
             token: "t".into(),
             fence: 1,
             valid_until: 200 * MS,
+            section: Section::default(),
         },
     ));
     h.push(phase(70, "healed", PhaseKind::Heal));
@@ -253,10 +287,26 @@ fn after_a_heal_failures_caused_by_the_next_fault_are_left_out() {
     let mut h = vec![phase(0, "healed", PhaseKind::Heal)];
     h.extend(hold(1, 1, 10, (10, 20, 100), Some(30)));
     // Failed before the next fault: counts.
-    h.push(ev(40, 2, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
+    h.push(ev(
+        40,
+        2,
+        EventKind::AcquireInvoke {
+            op: 1,
+            ttl_ms: 100,
+            section: Section::default(),
+        },
+    ));
     h.push(fail(60, 2, 1));
     // Invoked in the heal, failed once the next fault was under way: left out.
-    h.push(ev(70, 3, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
+    h.push(ev(
+        70,
+        3,
+        EventKind::AcquireInvoke {
+            op: 1,
+            ttl_ms: 100,
+            section: Section::default(),
+        },
+    ));
     h.push(ev(
         80,
         RUNNER,
@@ -272,4 +322,35 @@ fn after_a_heal_failures_caused_by_the_next_fault_are_left_out() {
     let heal = &a.phases[0];
     assert_eq!((heal.invoked, heal.acquires, heal.acquired), (3, 2, 1));
     assert_eq!(a.min_success(PhaseKind::Heal), Some(0.5));
+}
+
+#[test]
+fn each_resource_key_is_a_counter_of_its_own() {
+    let keyed = |t, w, op, token: &str, fence, value, key: &str| {
+        vec![
+            ev(
+                t,
+                w,
+                EventKind::WriteInvoke {
+                    op,
+                    token: token.to_owned(),
+                    fence,
+                    value,
+                    fenced: true,
+                    key: Some(key.to_owned()),
+                },
+            ),
+            ev(t + 1, w, EventKind::WriteOk { op }),
+        ]
+    };
+    // The same value on two keys, and a lower fence on another key after a higher one: clean.
+    let mut h = keyed(10, 1, 1, "a", 20, 1, "chaos:counter:a");
+    h.extend(keyed(20, 2, 1, "b", 5, 1, "chaos:counter:b"));
+    let a = analyse(&h);
+    assert_eq!((a.lost_updates, a.stale_accepted), (0, 0));
+    assert_eq!(a.writes[1].key, "chaos:counter:b");
+    // The same value twice on one key, the second with a lower fence: lost and stale.
+    h.extend(keyed(30, 3, 1, "c", 19, 1, "chaos:counter:a"));
+    let a = analyse(&h);
+    assert_eq!((a.lost_updates, a.stale_accepted), (1, 1));
 }

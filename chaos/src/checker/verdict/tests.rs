@@ -4,7 +4,7 @@
 use super::*;
 use crate::checker::analyse;
 use crate::checker::test_history::{ev, hold, phase};
-use crate::history::{Event, EventKind, RUNNER};
+use crate::history::{Event, EventKind, RUNNER, Section};
 
 fn clean_run() -> Vec<Event> {
     let mut h = vec![phase(0, "baseline", PhaseKind::Normal)];
@@ -82,7 +82,15 @@ fn unconfirmed_faults_make_a_run_inconclusive() {
 #[test]
 fn liveness_thresholds_are_judged() {
     let mut h = vec![phase(0, "fault", PhaseKind::Fault)];
-    h.push(ev(1, 1, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
+    h.push(ev(
+        1,
+        1,
+        EventKind::AcquireInvoke {
+            op: 1,
+            ttl_ms: 100,
+            section: Section::default(),
+        },
+    ));
     h.push(ev(
         2,
         1,
@@ -96,7 +104,15 @@ fn liveness_thresholds_are_judged() {
     h.extend(hold(1, 5, 11, (11, 2000, 3000), Some(2001)));
     h.push(phase(2100, "final", PhaseKind::Final));
     h.extend(hold(2, 1, 12, (2101, 2102, 100), Some(2103)));
-    h.push(ev(12, 2, EventKind::AcquireInvoke { op: 1, ttl_ms: 100 }));
+    h.push(ev(
+        12,
+        2,
+        EventKind::AcquireInvoke {
+            op: 1,
+            ttl_ms: 100,
+            section: Section::default(),
+        },
+    ));
     h.push(ev(
         20,
         2,
