@@ -120,7 +120,7 @@ pub(super) async fn attempt(
         let elapsed = start.elapsed();
 
         if let Some(q) = queued.as_mut() {
-            q.book_answers(&answers);
+            q.book_answers(&answers, tally.decision() == Decision::Reached);
             q.keep_in_line_if_reaching(&answers, quorum);
         }
 

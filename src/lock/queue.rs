@@ -160,8 +160,8 @@ impl<'a> Queued<'a> {
         self.attempts.push_back((token.clone(), Instant::now()));
     }
 
-    /// Books where an attempt's answers may have left the place.
-    pub(super) fn book_answers(&mut self, answers: &[Option<Answer<AcquireReply>>]) {
+    /// Books where an attempt's answers may have left the place; `won` when a quorum granted.
+    pub(super) fn book_answers(&mut self, answers: &[Option<Answer<AcquireReply>>], won: bool) {
         if !self.in_line {
             // Out of line, refusals queue nothing.
             return;
@@ -176,6 +176,11 @@ impl<'a> Queued<'a> {
                 )) => *on = false,
                 // A stale proposal is answered before the queue is touched.
                 Some(Ok(AcquireReply::Stale(_))) => {}
+                // Not yet answered when a quorum granted: most likely a grant too, which
+                // takes no place. Counting it as a place would send every acquire that won
+                // at a quorum a dequeue to the slower masters; a refusal there queues a place
+                // that lapses within its life.
+                None if won => {}
                 _ => *on = true,
             }
         }
