@@ -55,6 +55,16 @@ pub(crate) struct Grant {
 struct KeptToken {
     token: String,
     released: bool,
+    /// Per master, once its answer to the release is in (or its deadline passed): whether the
+    /// release deleted the lock there. Where it did, the handover there came first, and a
+    /// grant heard from that master afterwards is only a late message.
+    release_answers: Vec<(usize, bool)>,
+    /// Grants heard after the release was sent, from masters whose answer is not in yet: given
+    /// back unless that answer says the release deleted the lock.
+    parked: Vec<Orphan>,
+    /// The masters whose grant was heard after the waiter had taken the lock: the handover
+    /// there took the waiter's place off the queue too.
+    heard_late_on: Vec<usize>,
 }
 
 /// What a master said to one of this client's waiters.
@@ -227,20 +237,49 @@ impl State {
     /// did not take are returned, for the caller to give back, except those of a lock this
     /// client holds (heard from masters slower than the quorum).
     pub(crate) fn leave(&self, waiter: &str) -> Vec<Grant> {
-        let mut grants = self
+        let grants = self
             .listeners()
             .remove(waiter)
             .map(|l| l.grants)
             .unwrap_or_default();
-        grants.retain(|g| !self.is_held(&g.token));
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         grants
+            .into_iter()
+            .filter(|g| match kept.iter_mut().find(|k| k.token == g.token) {
+                Some(k) => {
+                    k.heard_late_on.push(g.node);
+                    k.released
+                }
+                None => true,
+            })
+            .collect()
     }
 
-    /// Whether `token` is the handover token of a lock this client holds (taken and not yet
-    /// released): a grant with it is part of that lock, which its release deletes.
-    fn is_held(&self, token: &str) -> bool {
-        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        kept.iter().any(|k| k.token == token && !k.released)
+    /// What to do with a grant heard for a waiter that is gone: the orphan to give back, or
+    /// `None` when it is part of a lock this client took (held, or released after the
+    /// handover on that master), or when that is known only once the release's answer from
+    /// that master is in (the grant waits for it).
+    fn late_grant(&self, grant: Grant, lock_key: String) -> Option<Orphan> {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(k) = kept.iter_mut().find(|k| k.token == grant.token) else {
+            return Some(Orphan { lock_key, grant });
+        };
+        k.heard_late_on.push(grant.node);
+        if !k.released {
+            return None;
+        }
+        match k
+            .release_answers
+            .iter()
+            .find(|(node, _)| *node == grant.node)
+        {
+            Some((_, true)) => None,
+            Some((_, false)) => Some(Orphan { lock_key, grant }),
+            None => {
+                k.parked.push(Orphan { lock_key, grant });
+                None
+            }
+        }
     }
 
     /// Books grants that `waiter`'s own attempt learned of, as if their messages had come.
@@ -262,14 +301,17 @@ impl State {
         kept.push_back(KeptToken {
             token: token.to_owned(),
             released: false,
+            release_answers: Vec::new(),
+            parked: Vec::new(),
+            heard_late_on: Vec::new(),
         });
     }
 
     /// The lock with handoff token `token` is being released. A grant heard for it from now on
-    /// came from a master whose handover ran after the release had passed it (a master slower
-    /// than the quorum), and is nobody's lock: it is given back. One heard while the release
-    /// is still on its way is given back too, which finds nothing or deletes what the release
-    /// would have.
+    /// is a late message, or came from a master whose handover ran after the release had
+    /// passed it (a master slower than the quorum), and is then nobody's lock, to be given
+    /// back. The release's answer from that master tells which (see
+    /// [`State::release_answered`]).
     pub(crate) fn released(&self, token: &str) {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(k) = kept.iter_mut().find(|k| k.token == token) {
@@ -277,17 +319,50 @@ impl State {
         }
     }
 
+    /// The masters whose grant of the lock taken with handoff token `token` was heard only
+    /// after the waiter had taken it.
+    pub(crate) fn heard_late_on(&self, token: &str) -> Vec<usize> {
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.iter()
+            .find(|k| k.token == token)
+            .map(|k| k.heard_late_on.clone())
+            .unwrap_or_default()
+    }
+
+    /// Master `node` answered the release of the lock with handoff token `token` (`deleted`:
+    /// it deleted the lock), or its deadline passed (`deleted` false). Grants from that master
+    /// that were waiting for this are given back unless the release deleted the lock there.
+    pub(crate) fn release_answered(&self, token: &str, node: usize, deleted: bool) {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(k) = kept.iter_mut().find(|k| k.token == token) else {
+            return;
+        };
+        k.release_answers.push((node, deleted));
+        let (from_node, others): (Vec<Orphan>, Vec<Orphan>) = std::mem::take(&mut k.parked)
+            .into_iter()
+            .partition(|o| o.grant.node == node);
+        k.parked = others;
+        drop(kept);
+        if !deleted {
+            for orphan in from_node {
+                let _ = self.orphans.send(orphan);
+            }
+        }
+    }
+
     /// A master said that `waiter` goes next (after a release, or the departure of the waiter
     /// before it), and maybe that it now holds the lock there: wake it if it is listening (one
-    /// that is not is about to look anyway). A grant for a waiter that is gone is returned: it
-    /// is nobody's lock, to be given back at once rather than left until its TTL.
-    fn deliver(&self, waiter: &str, grant: Option<Grant>) -> Option<Grant> {
+    /// that is not is about to look anyway). A grant for a waiter that is gone is returned if
+    /// it is nobody's lock (see [`State::late_grant`]), to be given back at once rather than
+    /// left until its TTL.
+    fn deliver(&self, waiter: &str, grant: Option<(Grant, String)>) -> Option<Orphan> {
         let mut listeners = self.listeners();
         let Some(listener) = listeners.get_mut(waiter) else {
             drop(listeners);
-            return grant.filter(|g| !self.is_held(&g.token));
+            let (grant, lock_key) = grant?;
+            return self.late_grant(grant, lock_key);
         };
-        listener.grants.extend(grant);
+        listener.grants.extend(grant.map(|(grant, _)| grant));
         if let Some(wake) = listener.wake.take() {
             let _ = wake.send(());
         }
@@ -361,9 +436,8 @@ async fn subscription(
                             let Some(state) = state.upgrade() else { return };
                             let payload = String::from_utf8_lossy(message.get_payload_bytes());
                             let (waiter, grant) = parse_message(&payload, node);
-                            let (grant, lock_key) = grant.unzip();
-                            if let (Some(grant), Some(lock_key)) = (state.deliver(waiter, grant), lock_key) {
-                                let _ = state.orphans.send(Orphan { lock_key, grant });
+                            if let Some(orphan) = state.deliver(waiter, grant) {
+                                let _ = state.orphans.send(orphan);
                             }
                         }
                         changed = alive.changed() => if changed.is_err() { return },
@@ -433,31 +507,48 @@ mod tests {
 
     #[test]
     fn grants_for_a_waiter_that_left_are_orphans_unless_kept() {
-        let (waiters, _orphans) = Waiters::new("p:");
-        let grant = |token: &str| Grant {
-            node: 0,
+        let (waiters, mut orphans) = Waiters::new("p:");
+        let on = |node: usize, token: &str| Grant {
+            node,
             token: token.to_owned(),
             fence: 7,
         };
+        let msg = |node: usize, token: &str| Some((on(node, token), "p:lock:x".to_owned()));
+        let given_back = |o: Option<Orphan>| o.map(|o| o.grant);
         let mut rx = waiters.listen("w1");
-        assert_eq!(waiters.deliver("w1", Some(grant("w1/a"))), None);
+        assert!(waiters.deliver("w1", msg(0, "w1/a")).is_none());
         assert!(rx.try_recv().is_ok(), "a grant wakes its waiter");
-        assert_eq!(waiters.take_grants("w1"), vec![grant("w1/a")]);
+        assert_eq!(waiters.take_grants("w1"), vec![on(0, "w1/a")]);
         waiters.remember_taken("w1/a");
-        waiters.deliver("w1", Some(grant("w1/b")));
-        waiters.deliver("w1", Some(grant("w1/a")));
+        waiters.deliver("w1", msg(0, "w1/b"));
+        waiters.deliver("w1", msg(1, "w1/a"));
         // Leaving: the grant it did not take is returned to be given back; its own lock's is not.
-        assert_eq!(waiters.leave("w1"), vec![grant("w1/b")]);
-        assert_eq!(waiters.deliver("w1", Some(grant("w1/a"))), None);
+        assert_eq!(waiters.leave("w1"), vec![on(0, "w1/b")]);
+        assert_eq!(waiters.heard_late_on("w1/a"), vec![1]);
+        assert!(waiters.deliver("w1", msg(2, "w1/a")).is_none());
         assert_eq!(
-            waiters.deliver("w1", Some(grant("w1/c"))),
-            Some(grant("w1/c"))
+            given_back(waiters.deliver("w1", msg(0, "w1/c"))),
+            Some(on(0, "w1/c"))
         );
-        // Once its own lock is released, a late grant with its token is given back too.
+        // Once its own lock is being released, a late grant with its token waits for the
+        // release's answer from that master: given back unless the release deleted the lock
+        // there (the handover came first, and the message is merely late).
         waiters.released("w1/a");
+        assert!(waiters.deliver("w1", msg(3, "w1/a")).is_none());
+        assert!(waiters.deliver("w1", msg(4, "w1/a")).is_none());
+        assert!(orphans.try_recv().is_err());
+        waiters.release_answered("w1/a", 3, true);
+        assert!(orphans.try_recv().is_err(), "deleted by the release");
+        waiters.release_answered("w1/a", 4, false);
         assert_eq!(
-            waiters.deliver("w1", Some(grant("w1/a"))),
-            Some(grant("w1/a"))
+            orphans.try_recv().ok().map(|o| o.grant),
+            Some(on(4, "w1/a"))
+        );
+        // Answers already in decide at once.
+        assert!(waiters.deliver("w1", msg(3, "w1/a")).is_none());
+        assert_eq!(
+            given_back(waiters.deliver("w1", msg(4, "w1/a"))),
+            Some(on(4, "w1/a"))
         );
     }
 

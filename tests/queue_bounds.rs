@@ -72,8 +72,11 @@ async fn a_waiter_that_reaches_a_minority_gives_its_place_up() {
 /// A hand-over that reaches a master only after the lock it hands over has been taken (on the
 /// other masters) and released again is nobody's lock: its client gives it back at once
 /// instead of leaving a key until the TTL. Which master runs which command first is up to the
-/// masters, so the late hand-over is made here by hand on C, exactly as `lua/release.lua`
-/// makes one: the key with the waiter's token, and the message on its client's channel.
+/// masters, so the order is made here by hand on C: the lock is taken off C before the release
+/// (C had not run the hand-over yet, so the release finds nothing there), and the late
+/// hand-over is then made exactly as `lua/release.lua` makes one: the key with the waiter's
+/// token, and the message on its client's channel. (A release that found the lock on a master
+/// ran after the hand-over there: a message from that master coming late needs no give-back.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_hand_over_to_a_released_lock_is_given_back() {
     let nodes = common::nodes(3);
@@ -98,6 +101,17 @@ async fn a_late_hand_over_to_a_released_lock_is_given_back() {
     let (token, fence) = (handed.token().to_owned(), handed.fence());
     let (waiter_id, _) = token.split_once('/').expect("a handed-over token");
     let (client_id, _) = waiter_id.split_once('.').expect("<client id>.<n>");
+    let key = "redquorum:lock:late";
+    let mut c = common::raw(&nodes, 2).await;
+    assert!(
+        common::token_everywhere(&nodes, "late", &token).await,
+        "handed over on every master"
+    );
+    let _: () = redis::cmd("DEL")
+        .arg(key)
+        .query_async(&mut c)
+        .await
+        .unwrap();
     handed.release().await.unwrap();
     for i in 0..3 {
         assert!(
@@ -109,9 +123,7 @@ async fn a_late_hand_over_to_a_released_lock_is_given_back() {
         );
     }
 
-    // C hands the same token over again, late.
-    let mut c = common::raw(&nodes, 2).await;
-    let key = "redquorum:lock:late";
+    // C runs the hand-over now, late.
     let _: () = redis::cmd("SET")
         .arg(key)
         .arg(&token)

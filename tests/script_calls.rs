@@ -1,11 +1,14 @@
-//! What an uncontended acquire and release cost each master: one acquire script and one release
-//! script, nothing more (no dequeue, give-back or second release), counted by the masters
-//! themselves (`INFO commandstats`).
+//! What acquire and release cost each master, counted by the masters themselves (`INFO
+//! commandstats`): uncontended, one acquire script and one release script, nothing more (no
+//! dequeue, give-back or second release); under contention, about two per critical section
+//! (the release that hands the lock over, and the releaser's next attempt, which queues it).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use redquorum_testkit::LocalNodes;
@@ -31,6 +34,16 @@ async fn scripts_run(nodes: &LocalNodes, i: usize) -> u64 {
         .sum()
 }
 
+async fn reset_stats(nodes: &LocalNodes) {
+    for i in 0..nodes.len() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut common::raw(nodes, i).await)
+            .await
+            .expect("CONFIG RESETSTAT");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_uncontended_pair_runs_one_acquire_and_one_release_on_each_master() {
     // Quarantine is off (common::client): these masters have just started.
@@ -41,13 +54,7 @@ async fn an_uncontended_pair_runs_one_acquire_and_one_release_on_each_master() {
     // up: the case where a vote won at a quorum used to send the slower masters a dequeue.
     let opts = common::opts(5_000).wait(Duration::from_secs(2));
     tokio::time::sleep(Duration::from_millis(200)).await;
-    for i in 0..nodes.len() {
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut common::raw(&nodes, i).await)
-            .await
-            .expect("CONFIG RESETSTAT");
-    }
+    reset_stats(&nodes).await;
     const PAIRS: u64 = 40;
     for n in 0..PAIRS {
         let lock = client.acquire(&format!("pair-{n}"), &opts).await.unwrap();
@@ -79,4 +86,64 @@ async fn an_uncontended_pair_runs_one_acquire_and_one_release_on_each_master() {
             .unwrap();
         assert!(left.is_empty(), "master {i}: a queue was left: {left:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contended_hand_over_runs_about_two_scripts_on_each_master() {
+    // Quarantine is off (common::patient_client): these masters have just started.
+    const WORKERS: usize = 8;
+    const RUN: Duration = Duration::from_secs(2);
+    const MAX_SECTIONS: u64 = 5_000;
+    let nodes = common::nodes(5);
+    let clients: Vec<_> = (0..WORKERS)
+        .map(|_| common::patient_client(&nodes))
+        .collect();
+    for client in &clients {
+        common::kinds::warm(client).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let sections = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut workers = Vec::new();
+    for client in clients {
+        let sections = sections.clone();
+        workers.push(tokio::spawn(async move {
+            let opts = common::opts(10_000).wait(Duration::from_secs(10));
+            while started.elapsed() < RUN && sections.load(Ordering::SeqCst) < MAX_SECTIONS {
+                let lock = client.acquire("hot", &opts).await.expect("acquire");
+                tokio::task::yield_now().await;
+                lock.release().await.expect("release");
+                sections.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    // Counted after the first moments, when the waiters have joined the queue.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    reset_stats(&nodes).await;
+    let counted_from = sections.load(Ordering::SeqCst);
+    for w in workers {
+        w.await.unwrap();
+    }
+    let counted = sections.load(Ordering::SeqCst) - counted_from;
+    assert!(counted >= 50, "only {counted} critical sections to count");
+    // Stragglers answered after each quorum.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut scripts = 0;
+    for i in 0..nodes.len() {
+        let run = scripts_run(&nodes, i).await;
+        eprintln!(
+            "master {i}: {:.2} scripts per critical section",
+            run as f64 / counted as f64
+        );
+        scripts += run;
+    }
+    let per_section = scripts as f64 / (nodes.len() as u64 * counted) as f64;
+    // The release and the releaser's queued attempt make two; fallback polls of waiters whose
+    // wake-up was late, and a split now and then, add a little. A dequeue sent to the masters
+    // whose hand-over message had not come in yet, and a second release for every such message
+    // heard after the release, made it 2.5 to 2.7 here (3.5 in a release build).
+    assert!(
+        per_section <= 2.35,
+        "{per_section:.2} scripts per master and critical section over {counted}"
+    );
 }

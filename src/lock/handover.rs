@@ -60,6 +60,8 @@ pub(super) async fn handed_over(
                     *on = false;
                 }
             }
+            // The other nodes' grants may simply not be in yet: their dequeue waits for them.
+            q.taken_with = Some(held.token.clone());
             if !others.is_empty() {
                 let _ = cluster.release_grants(&q.keys, others, GiveBack::Silently);
             }

@@ -19,6 +19,11 @@ use crate::node::{AcquireReply, Place};
 /// terms, and only for the place's life; a grant on older terms is given back.
 const ATTEMPTS_KEPT: usize = 32;
 
+/// How long a waiter that releases handed the lock on a quorum waits for the other nodes'
+/// messages before it gives its place up there: those nodes were most likely sent the same
+/// release, whose message is on its way.
+const LATE_HANDOVER_GRACE: Duration = Duration::from_millis(5);
+
 /// Bounds on how long a node keeps a waiter's place in the queue without hearing from it.
 const PLACE_LIFE_MIN: Duration = Duration::from_millis(100);
 const PLACE_LIFE_MAX: Duration = Duration::from_secs(2);
@@ -41,6 +46,8 @@ pub(super) struct Queued<'a> {
     /// would only hold up callers that can: it leaves the line until an attempt reaches a
     /// quorum again, and then takes its place back with the same priority.
     pub(super) in_line: bool,
+    /// The handover token, once releases handed this waiter the lock on a quorum.
+    pub(super) taken_with: Option<String>,
 }
 
 impl<'a> Queued<'a> {
@@ -78,6 +85,7 @@ impl<'a> Queued<'a> {
             may_be_queued_on: vec![false; cluster.nodes.len()],
             attempts: VecDeque::with_capacity(ATTEMPTS_KEPT),
             in_line: true,
+            taken_with: None,
         }
     }
 
@@ -131,24 +139,32 @@ impl<'a> Queued<'a> {
             return;
         }
         let cluster = self.cluster;
-        let deadline = Instant::now() + cluster.settings.node_timeout;
         let selected =
             std::mem::replace(&mut self.may_be_queued_on, vec![false; cluster.nodes.len()]);
-        let _ = send_and_detach(cluster.nodes.len(), deadline, |i| {
-            let (cluster, keys, waiter) = (
-                cluster.clone(),
-                self.keys.clone(),
-                self.place.waiter.clone(),
-            );
-            let selected = selected[i];
-            async move {
-                if selected {
-                    let answer = cluster.nodes[i]
-                        .dequeue(keys.for_place(), &waiter, cluster.waiters.wake_prefix())
-                        .await;
-                    debug!(node = cluster.nodes[i].addr(), answer = ?answer, "dequeue");
+        let (keys, waiter) = (self.keys.clone(), self.place.waiter.clone());
+        let Some(token) = self.taken_with.take() else {
+            dequeue(cluster, keys, waiter, &selected);
+            return;
+        };
+        // Releases handed this waiter the lock on a quorum, and the release that did so was
+        // most likely sent to the other nodes too, where it takes the place off as it hands
+        // the lock over: their messages are on their way. A dequeue sent now would most often
+        // find nothing (one more script per node and hand-over under contention); sent a
+        // moment later, it goes only where no such message came.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            dequeue(cluster, keys, waiter, &selected);
+            return;
+        };
+        let cluster = cluster.clone();
+        runtime.spawn(async move {
+            tokio::time::sleep(LATE_HANDOVER_GRACE).await;
+            let mut selected = selected;
+            for i in cluster.waiters.heard_late_on(&token) {
+                if let Some(on) = selected.get_mut(i) {
+                    *on = false;
                 }
             }
+            dequeue(&cluster, keys, waiter, &selected);
         });
     }
 
@@ -185,6 +201,26 @@ impl<'a> Queued<'a> {
             }
         }
     }
+}
+
+/// Sends `waiter`'s dequeue to the `selected` nodes, in the background.
+fn dequeue(cluster: &Arc<Cluster>, keys: Arc<Keys>, waiter: Arc<str>, selected: &[bool]) {
+    if !selected.contains(&true) {
+        return;
+    }
+    let deadline = Instant::now() + cluster.settings.node_timeout;
+    let _ = send_and_detach(cluster.nodes.len(), deadline, |i| {
+        let (cluster, keys, waiter) = (cluster.clone(), keys.clone(), waiter.clone());
+        let selected = selected.get(i).copied().unwrap_or(false);
+        async move {
+            if selected {
+                let answer = cluster.nodes[i]
+                    .dequeue(keys.for_place(), &waiter, cluster.waiters.wake_prefix())
+                    .await;
+                debug!(node = cluster.nodes[i].addr(), answer = ?answer, "dequeue");
+            }
+        }
+    });
 }
 
 impl Drop for Queued<'_> {

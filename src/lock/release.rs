@@ -45,7 +45,8 @@ pub(crate) async fn release_key(
     let nodes = &cluster.nodes;
     let quorum = cluster.quorum();
     let deadline = Instant::now() + cluster.settings.node_timeout;
-    if token.contains('/') {
+    let handed_over = token.contains('/');
+    if handed_over {
         // A handed-over lock: a slow master may still hand the same token over after this
         // release has passed it.
         cluster.waiters.released(token);
@@ -60,9 +61,20 @@ pub(crate) async fn release_key(
         |i| {
             let (cluster, keys, token) = (cluster.clone(), keys.clone(), token.clone());
             async move {
-                cluster.nodes[i]
+                // Told when the answer is in, or when the deadline drops the call.
+                let mut heard = handed_over.then(|| ReleaseHeard {
+                    cluster: cluster.clone(),
+                    token: token.clone(),
+                    node: i,
+                    deleted: false,
+                });
+                let answer = cluster.nodes[i]
                     .release(&keys, &token, cluster.waiters.wake_prefix(), fence)
-                    .await
+                    .await;
+                if let Some(heard) = heard.as_mut() {
+                    heard.deleted = matches!(answer, Ok(ReleaseReply::Deleted));
+                }
+                answer
             }
         },
         |reply| matches!(reply, ReleaseReply::Deleted | ReleaseReply::Absent),
@@ -92,4 +104,23 @@ pub(crate) async fn release_key(
     }
     crate::metrics::release(&keys.kind, "unavailable");
     Err(cluster.unavailable(Operation::Release, name, quorum, failures(nodes, &answers)))
+}
+
+/// Tells the waiters how one master answered the release of a handed-over lock (see
+/// `Waiters::release_answered`): whether a handover message from it that comes late is part
+/// of this lock, which the release deleted there, or a lock the release missed, to be given
+/// back.
+struct ReleaseHeard {
+    cluster: Arc<Cluster>,
+    token: Arc<str>,
+    node: usize,
+    deleted: bool,
+}
+
+impl Drop for ReleaseHeard {
+    fn drop(&mut self) {
+        self.cluster
+            .waiters
+            .release_answered(&self.token, self.node, self.deleted);
+    }
 }
