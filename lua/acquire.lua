@@ -11,9 +11,9 @@
 -- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds (0: the
 -- caller takes no place). ARGV[7]: '1' for a fair caller, '0' for one that takes a free lock
 -- whatever the queue says (it queues only to be woken, without terms).
--- Returns {1, fence} when granted; {0, pttl, holder's fence} when another token holds the
--- lock (the fence names the holder without giving its token away, so that a client can tell
--- one holder from a split vote); {2, counter} when the proposal is not above this node's
+-- Returns {1, fence} when granted; {0, holder's fence} when another token holds the lock (the
+-- fence names the holder without giving its token away, so that a client can tell one holder
+-- from a split vote); {2, counter} when the proposal is not above this node's
 -- counter (propose higher); {3} when the lock is free but an earlier waiter goes first;
 -- {4, token, fence} when a release handed the lock to the calling waiter (see release.lua);
 -- {5} when this node carries no deployment marker; {6, pttl} while it is quarantined.
@@ -68,10 +68,14 @@ if current and current ~= ARGV[1] then
     return {4, current, counter}
   end
   queue_caller()
-  return {0, redis.call('PTTL', KEYS[1]), counter}
+  return {0, counter}
 end
+-- Whether the caller may have a place here to give up when granted: with an empty queue it
+-- has none, and the grant skips two calls.
+local queued_here = true
 if not current and fair then
   local first = first_waiter(KEYS[3], KEYS[4])
+  queued_here = first ~= nil
   if first and first ~= ARGV[4] then
     -- Queued here, the caller may come first after all (it was queued on other nodes
     -- earlier, with the priority it has everywhere).
@@ -89,7 +93,7 @@ if counter > proposed or (counter == proposed and current ~= ARGV[1]) then
 end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-if ARGV[4] ~= '' then
+if ARGV[4] ~= '' and queued_here then
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('HDEL', KEYS[4], ARGV[4])
 end

@@ -27,9 +27,10 @@
 -- just '<waiter id>', and the waiter tries at once.
 --
 -- first_waiter and channel_of come from queue.lua, put in front of this script.
-local current = redis.call('GET', KEYS[1])
+-- One read for every key: each call from a script costs about as much as a command of its own.
+local read = redis.call('MGET', KEYS[1], KEYS[4], KEYS[5], KEYS[6])
+local current = read[1]
 if current == ARGV[1] then
-  redis.call('DEL', KEYS[1])
   local first, terms = nil, nil
   if ARGV[2] ~= '' then
     first, terms = first_waiter(KEYS[2], KEYS[3])
@@ -37,22 +38,24 @@ if current == ARGV[1] then
   if first then
     local _, token, ttl, proposal = string.match(terms, '^(%d+) (%S+) (%d+) (%d+)$')
     local channel = channel_of(ARGV[2], first)
-    local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+    local counter = tonumber(read[2] or '0')
     local fence = math.max(tonumber(proposal or '0'), tonumber(ARGV[3]) + 1)
     -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
     if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991
-        and redis.call('EXISTS', KEYS[5]) == 1 and redis.call('EXISTS', KEYS[6]) == 0 then
+        and read[3] and not read[4] then
       fence = string.format('%d', fence)
       redis.call('SET', KEYS[4], fence)
       token = first .. '/' .. token
+      -- Replaces the released lock's key, value and TTL at once.
       redis.call('SET', KEYS[1], token, 'PX', ttl)
       redis.call('ZREM', KEYS[2], first)
       redis.call('HDEL', KEYS[3], first)
       redis.call('PUBLISH', channel, first .. ' ' .. token .. ' ' .. fence .. ' ' .. KEYS[1])
-    else
-      redis.call('PUBLISH', channel, first)
+      return 1
     end
+    redis.call('PUBLISH', channel, first)
   end
+  redis.call('DEL', KEYS[1])
   return 1
 end
 if current == false then

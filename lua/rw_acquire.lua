@@ -38,7 +38,7 @@ if not mine then
   end
   if writer_until then
     queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
-    return {0, math.max(0, writer_until - now), counter}
+    return {0, counter}
   end
   if reader and writer_waits then
     queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
@@ -52,7 +52,7 @@ if not mine then
       keep_alive(holders, now)
       queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
     end
-    return {0, math.max(0, readers_until - now), counter}
+    return {0, counter}
   end
 end
 local fence = counter

@@ -24,7 +24,7 @@ end
 local mine = redis.call('ZSCORE', holders, token)
 if not mine and count >= permits then
   queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
-  return {0, math.max(0, first - now), counter}
+  return {0, counter}
 end
 local proposed = tonumber(ARGV[3])
 -- The same holder re-sending the same proposal (a retry after a lost reply) is granted again.

@@ -366,7 +366,7 @@ fn kept_out<T>(answer: &Option<Answer<T>>) -> Option<Option<Instant>> {
 /// What one node's answer says about a split vote.
 fn vote_of(answer: &Option<Answer<AcquireReply>>) -> AcquireVote {
     match answer {
-        Some(Ok(AcquireReply::Held(_, fence))) => AcquireVote::HeldBy(*fence),
+        Some(Ok(AcquireReply::Held(fence))) => AcquireVote::HeldBy(*fence),
         Some(Ok(AcquireReply::Granted(_) | AcquireReply::Kept(..))) => AcquireVote::Granted,
         Some(Ok(AcquireReply::Reserved)) => AcquireVote::Reserved,
         _ => AcquireVote::Other,
@@ -384,7 +384,7 @@ mod tests {
 
     #[test]
     fn split_votes_are_told_from_one_holder() {
-        let held = |f| Some(Ok(AcquireReply::Held(None, f)));
+        let held = |f| Some(Ok(AcquireReply::Held(f)));
         let granted = Some(Ok(AcquireReply::Granted(9)));
         // One holder on three of five: held, not split.
         assert!(!split(&[held(1), held(1), held(1), None, None], 3));

@@ -97,10 +97,7 @@ impl Node {
                 [Value::Int(8), Value::Int(fence), Value::Int(others)] => {
                     AcquireReply::Kept(non_negative(*fence), *others > 0)
                 }
-                [Value::Int(0), Value::Int(pttl), Value::Int(holder)] => AcquireReply::Held(
-                    u64::try_from(*pttl).ok().map(Duration::from_millis),
-                    non_negative(*holder),
-                ),
+                [Value::Int(0), Value::Int(holder)] => AcquireReply::Held(non_negative(*holder)),
                 [Value::Int(2), Value::Int(counter)] => AcquireReply::Stale(non_negative(*counter)),
                 [Value::Int(3)] => AcquireReply::Reserved,
                 [Value::Int(4), Value::BulkString(token), Value::Int(fence)] => {

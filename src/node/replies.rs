@@ -17,9 +17,8 @@ pub(crate) enum AcquireReply {
     /// `true` when the owner held it here with other holds than this attempt's (from an
     /// earlier round of the same attempt).
     Kept(u64, bool),
-    /// Held by another token, which expires in this long (if the node said), and whose
-    /// acquisition has this fencing token.
-    Held(Option<Duration>, u64),
+    /// Held by another token, whose acquisition has this fencing token.
+    Held(u64),
     /// The proposed fencing token is not above the node's counter, which is this.
     Stale(u64),
     /// The lock is free, but an earlier waiter goes first.
