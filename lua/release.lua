@@ -6,10 +6,18 @@
 -- its grants would not count). ARGV[1]: holder token. ARGV[2]: the
 -- prefix of the wake channels, or '' to stay silent (cleaning up after a failed attempt is no
 -- release worth waking anyone for). ARGV[3]: the released lock's fencing token, or 0 if
--- unknown.
+-- unknown. ARGV[4]: '1' when the lock's own holder releases it (it knows the lock held on a
+-- quorum): a lock already gone here is then handed over too.
 -- A waiter id is '<client id>.<n>'; its client hears on ARGV[2] .. '<client id>'.
 -- Returns 1 when deleted, 0 when the key was already gone, -1 when another token holds it
 -- (nothing is changed then).
+--
+-- A lock gone here while its holder held it on a quorum (this master missed a hand-over, or
+-- the lock expired here) leaves this master out of every later hand-over: each release finds
+-- nothing here, and waiters' attempts here are given back. So the holder's release hands a
+-- free lock here to the first waiter as well, exactly as that waiter's own attempt would take
+-- it (first in line, on its terms, with a fencing token above the counter), and the lock
+-- passes over every master again.
 --
 -- Only the first waiter is named, so only it acts: waking every waiter would send all of them
 -- at the nodes for a lock only the first may take. Where it can, the release takes the lock
@@ -30,7 +38,9 @@
 -- One read for every key: each call from a script costs about as much as a command of its own.
 local read = redis.call('MGET', KEYS[1], KEYS[4], KEYS[5], KEYS[6])
 local current = read[1]
-if current == ARGV[1] then
+local mine = current == ARGV[1]
+if mine or (current == false and ARGV[4] == '1') then
+  local released = mine and 1 or 0
   local first, terms = nil, nil
   if ARGV[2] ~= '' then
     first, terms = first_waiter(KEYS[2], KEYS[3])
@@ -51,12 +61,14 @@ if current == ARGV[1] then
       redis.call('ZREM', KEYS[2], first)
       redis.call('HDEL', KEYS[3], first)
       redis.call('PUBLISH', channel, first .. ' ' .. token .. ' ' .. fence .. ' ' .. KEYS[1])
-      return 1
+      return released
     end
     redis.call('PUBLISH', channel, first)
   end
-  redis.call('DEL', KEYS[1])
-  return 1
+  if mine then
+    redis.call('DEL', KEYS[1])
+  end
+  return released
 end
 if current == false then
   return 0

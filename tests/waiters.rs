@@ -561,3 +561,43 @@ async fn a_waiter_short_of_a_quorum_stays_in_line_on_the_nodes_that_granted() {
     queues_empty_soon(&nodes, "short").await;
     handed.release().await.unwrap();
 }
+
+/// A master where the lock is already gone while its holder holds it on a quorum (it missed a
+/// hand-over, or the key expired there) would be left out of every later hand-over: releases
+/// found nothing there to hand over. The holder's release hands it over there too, so the
+/// waiter holds the lock on every master again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holders_release_hands_over_where_the_lock_was_already_gone() {
+    let nodes = common::nodes(5);
+    let holder = common::patient_client(&nodes);
+    let lock = hold(&holder, "gone-on-one", 30_000).await;
+    assert!(common::token_everywhere(&nodes, "gone-on-one", lock.token()).await);
+    // The waiter polls only every 10 s: after its first attempt, refused everywhere, it waits
+    // in line on every master.
+    let task = waiter(common::patient_client(&nodes), "gone-on-one", NEVER);
+    assert!(
+        common::eventually(Duration::from_secs(2), || async {
+            let mut all = true;
+            for i in 0..nodes.len() {
+                all &= places(&nodes, i, "gone-on-one").await.len() == 1;
+            }
+            all
+        })
+        .await,
+        "the waiter queued on every master"
+    );
+    // Then master 4 loses the lock.
+    let _: () = redis::cmd("DEL")
+        .arg("redquorum:lock:gone-on-one")
+        .query_async(&mut common::raw(&nodes, 4).await)
+        .await
+        .unwrap();
+    lock.release().await.unwrap();
+    let handed = got(task, "the waiter never got the lock").await;
+    assert!(handed.token().contains('/'), "{}", handed.token());
+    assert!(
+        common::token_everywhere(&nodes, "gone-on-one", handed.token()).await,
+        "master 4 was left out of the hand-over"
+    );
+    handed.release().await.unwrap();
+}

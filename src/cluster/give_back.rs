@@ -77,10 +77,12 @@ impl Cluster {
                 for grant in grants.iter().filter(|g| g.node == i) {
                     let answer = match &*how {
                         GiveBack::Silently => {
-                            node.release(&keys, &grant.token, "", grant.fence).await
+                            node.release(&keys, &grant.token, "", grant.fence, false)
+                                .await
                         }
                         GiveBack::PassingOn => {
-                            node.release(&keys, &grant.token, wake, grant.fence).await
+                            node.release(&keys, &grant.token, wake, grant.fence, false)
+                                .await
                         }
                         GiveBack::KeepingPlace(place, terms) => {
                             node.give_back(

@@ -163,7 +163,15 @@ impl Renewal {
     async fn finish(self, command: Option<Command>) {
         let result = match self.cluster.upgrade() {
             Some(cluster) => {
-                release_key(&cluster, &self.name, &self.keys, &self.token, self.fence).await
+                release_key(
+                    &cluster,
+                    &self.name,
+                    &self.keys,
+                    &self.token,
+                    self.fence,
+                    true,
+                )
+                .await
             }
             None => Err(Error::invalid(
                 "client",

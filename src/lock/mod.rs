@@ -181,6 +181,7 @@ impl Lock {
             &self.keys,
             &self.token,
             self.fence,
+            true,
         )
         .await
     }

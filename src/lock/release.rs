@@ -30,17 +30,19 @@ pub(crate) async fn release_token(
 ) -> Result<()> {
     let keys = cluster.keys(name, kind)?;
     validate_token(token)?;
-    release_key(cluster, name, &keys, &token.into(), 0).await
+    release_key(cluster, name, &keys, &token.into(), 0, false).await
 }
 
 /// Releases the lock `keys` held with `token` (and `fence`, when known) on every node; done
-/// as soon as a quorum no longer has it.
+/// as soon as a quorum no longer has it. `holder` when the caller holds the lock itself (a
+/// [`Lock`](super::Lock) or a guard): nodes where it is already gone hand it over too.
 pub(crate) async fn release_key(
     cluster: &Arc<Cluster>,
     name: &str,
     keys: &Arc<Keys>,
     token: &Arc<str>,
     fence: u64,
+    holder: bool,
 ) -> Result<()> {
     let nodes = &cluster.nodes;
     let quorum = cluster.quorum();
@@ -69,7 +71,7 @@ pub(crate) async fn release_key(
                     deleted: false,
                 });
                 let answer = cluster.nodes[i]
-                    .release(&keys, &token, cluster.waiters.wake_prefix(), fence)
+                    .release(&keys, &token, cluster.waiters.wake_prefix(), fence, holder)
                     .await;
                 if let Some(heard) = heard.as_mut() {
                     heard.deleted = matches!(answer, Ok(ReleaseReply::Deleted));

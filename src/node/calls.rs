@@ -170,9 +170,11 @@ impl Node {
 
     /// Asks the node to delete the lock if `token` holds it, and to hand it to (or wake) the
     /// first waiter, whose client hears on `channel` and its id ('' for nobody). `fence` is the
-    /// released lock's fencing token (0 when unknown). Keys: the lock, its queue, the queue's
-    /// terms and the fencing counter. Counted from every node, quarantined or not: a release
-    /// only ever removes.
+    /// released lock's fencing token (0 when unknown). `holder` when the lock's own holder
+    /// releases it: a mutex gone from this node is then handed over too (see
+    /// `lua/release.lua`). Keys: the lock, its queue, the queue's terms and the fencing
+    /// counter. Counted from every node, quarantined or not: a release only removes, or hands
+    /// over what the first waiter could take itself.
     ///
     /// For a reentrant lock, `token` is the hold released, and the lock goes only with its
     /// last hold; a read-write lock or a semaphore wakes the first few waiters.
@@ -182,6 +184,7 @@ impl Node {
         token: &str,
         channel: &str,
         fence: u64,
+        holder: bool,
     ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
         let holders_member = match &keys.kind {
             LockKind::Mutex => None,
@@ -209,7 +212,10 @@ impl Node {
                     &SCRIPTS.release,
                     &keys.for_release(),
                     |c| {
-                        c.arg(token).arg(channel).arg(fence);
+                        c.arg(token)
+                            .arg(channel)
+                            .arg(fence)
+                            .arg(if holder { "1" } else { "0" });
                     },
                 )
                 .await?
