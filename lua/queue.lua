@@ -37,10 +37,13 @@ local function queue_place(queue, terms, waiter, priority, life, token, ttl, pro
     redis.call('HSET', terms, waiter,
       string.format('%d %s %s %s', now_ms() + life, token, ttl, proposal))
   end
-  -- The queue lasts as long as its longest-lived place.
+  -- The queue lasts as long as its longest-lived place. It is given twice a place's life at a
+  -- time, so that a line of waiters renews it once per life, not at every place taken (places
+  -- lapse by their own terms; the keys only must not outlive the last of them by much).
   if redis.call('PTTL', queue) < life then
-    redis.call('PEXPIRE', queue, life)
-    redis.call('PEXPIRE', terms, life)
+    local keep = string.format('%d', 2 * life)
+    redis.call('PEXPIRE', queue, keep)
+    redis.call('PEXPIRE', terms, keep)
   end
 end
 
