@@ -92,7 +92,7 @@ async fn an_uncontended_pair_runs_one_acquire_and_one_release_on_each_master() {
 async fn a_contended_hand_over_runs_about_two_scripts_on_each_master() {
     // Quarantine is off (common::patient_client): these masters have just started.
     const WORKERS: usize = 8;
-    const RUN: Duration = Duration::from_secs(2);
+    const RUN: Duration = Duration::from_secs(4);
     const MAX_SECTIONS: u64 = 5_000;
     let nodes = common::nodes(5);
     let clients: Vec<_> = (0..WORKERS)
