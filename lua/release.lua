@@ -7,10 +7,19 @@
 -- prefix of the wake channels, or '' to stay silent (cleaning up after a failed attempt is no
 -- release worth waking anyone for). ARGV[3]: the released lock's fencing token, or 0 if
 -- unknown. ARGV[4]: '1' when the lock's own holder releases it (it knows the lock held on a
--- quorum): a lock already gone here is then handed over too.
+-- quorum): a lock already gone here is then handed over too. ARGV[5] to ARGV[10], optional: a
+-- place to keep in line for the releaser's next attempt, when the lock is handed over (waiter
+-- id, priority, life, token, TTL and proposal, as acquire.lua queues them).
 -- A waiter id is '<client id>.<n>'; its client hears on ARGV[2] .. '<client id>'.
 -- Returns 1 when deleted, 0 when the key was already gone, -1 when another token holds it
--- (nothing is changed then).
+-- (nothing is changed then); 10 more when the releaser's place was kept.
+--
+-- A client that takes the same lock again right after releasing it (a worker in a loop) would
+-- send an attempt that every master refuses, only to queue it at the back of the line: half
+-- the scripts of a contended hand-over. Its release queues that place instead, with the terms
+-- of a next hold, in the same step as the hand-over that puts someone else ahead of it, and
+-- the client's next acquire waits in line at once (src/lock/queue.rs). A place the client does
+-- not take up is given back like any waiter's.
 --
 -- A lock gone here while its holder held it on a quorum (this master missed a hand-over, or
 -- the lock expired here) leaves this master out of every later hand-over: each release finds
@@ -61,6 +70,10 @@ if mine or (current == false and ARGV[4] == '1') then
       redis.call('ZREM', KEYS[2], first)
       redis.call('HDEL', KEYS[3], first)
       redis.call('PUBLISH', channel, first .. ' ' .. token .. ' ' .. fence .. ' ' .. KEYS[1])
+      if ARGV[5] and ARGV[5] ~= '' then
+        queue_place(KEYS[2], KEYS[3], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+        return released + 10
+      end
       return released
     end
     redis.call('PUBLISH', channel, first)

@@ -76,14 +76,14 @@ impl Cluster {
                 let wake = cluster.waiters.wake_prefix();
                 for grant in grants.iter().filter(|g| g.node == i) {
                     let answer = match &*how {
-                        GiveBack::Silently => {
-                            node.release(&keys, &grant.token, "", grant.fence, false)
-                                .await
-                        }
-                        GiveBack::PassingOn => {
-                            node.release(&keys, &grant.token, wake, grant.fence, false)
-                                .await
-                        }
+                        GiveBack::Silently => node
+                            .release(&keys, &grant.token, "", grant.fence, false, None)
+                            .await
+                            .map(|(reply, _)| reply),
+                        GiveBack::PassingOn => node
+                            .release(&keys, &grant.token, wake, grant.fence, false, None)
+                            .await
+                            .map(|(reply, _)| reply),
                         GiveBack::KeepingPlace(place, terms) => {
                             node.give_back(
                                 keys.for_place(),

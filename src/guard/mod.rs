@@ -235,6 +235,7 @@ impl Lock {
             ttl,
             valid_until,
             held,
+            next_hold: _,
         } = self;
         let (status_tx, status_rx) = watch::channel(GuardStatus {
             state: LockState::Held,

@@ -11,7 +11,7 @@ use super::{Command, GuardStatus, LockState, RenewOptions, RenewalStop};
 use crate::cluster::Cluster;
 use crate::config::limits;
 use crate::error::Error;
-use crate::lock::{extend_key, release_key};
+use crate::lock::{Releaser, extend_key, release_key};
 use crate::metrics::HeldGauge;
 use crate::node::Keys;
 
@@ -169,7 +169,7 @@ impl Renewal {
                     &self.keys,
                     &self.token,
                     self.fence,
-                    true,
+                    Releaser::Holder,
                 )
                 .await
             }

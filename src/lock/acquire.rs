@@ -9,10 +9,10 @@ use tracing::{Instrument, debug, debug_span};
 use super::Lock;
 use super::attempt::{FailedAttempt, attempt};
 use super::handover::handed_over;
-use super::queue::Queued;
+use super::queue::{NextHold, Queued, give_up_kept};
 use crate::cluster::{Cluster, GiveBack};
-use crate::config::LockOptions;
 use crate::config::random_token;
+use crate::config::{LockKind, LockOptions};
 use crate::error::{Error, Result};
 use crate::quorum::{Outlook, outlook};
 
@@ -72,6 +72,28 @@ pub(crate) async fn acquire(
             cluster.subscribe(cluster.settings.node_timeout).await;
             Some(Queued::new(cluster, keys.clone(), opts, started))
         };
+        // A client that takes this lock in a loop: its last release may have kept its place in
+        // line (see `lua/release.lua`), and this lock's release keeps it again if the lock is
+        // contended (handed over, or taken after a refusal); uncontended, there is no line.
+        let next_hold = (queued.is_some()
+            && matches!(keys.kind, LockKind::Mutex)
+            && waiters.kept_places.released_lately(&keys.lock, started))
+        .then(|| NextHold::new(cluster, opts));
+        // In line already: the first turn waits to be handed the lock instead of attempting.
+        let mut in_line_already = false;
+        // Only a caller that waits in line takes it out; otherwise it is left to be given up.
+        let kept = queued
+            .as_ref()
+            .and_then(|_| waiters.kept_places.take(&keys.lock));
+        if let (Some(q), Some(kept)) = (queued.as_mut(), kept) {
+            if next_hold.is_some_and(|next| next.kept(&kept)) {
+                debug!("taking up the place in line that the last release kept");
+                *q = Queued::from_kept(cluster, &kept, kept.may_be_on());
+                in_line_already = true;
+            } else {
+                give_up_kept(cluster, &kept, kept.queued_on());
+            }
+        }
         let mut attempts = 0u32;
         // Per node: whether its last failure kept it out for no known time.
         let mut down_before = vec![false; cluster.nodes.len()];
@@ -89,11 +111,28 @@ pub(crate) async fn acquire(
             }
             if let Some(q) = queued.as_mut() {
                 if let Some(lock) = handed_over(cluster, name, q, opts).await {
-                    return Ok(lock);
+                    return Ok(lock.with_next_hold(next_hold));
                 }
             }
             // Listening before the attempt: a release during it wakes us right after.
             let woken = queued.as_ref().map(|q| waiters.listen(&q.place.waiter));
+            if let (true, Some(q)) = (in_line_already, &queued) {
+                in_line_already = false;
+                // Grants heard before listening woke nobody: they are taken at once.
+                let heard = waiters.take_grants(&q.place.waiter);
+                if heard.is_empty() {
+                    let fallback = WAKE_FALLBACK.min(wait_until.saturating_duration_since(Instant::now()));
+                    if let Some(woken) = woken {
+                        tokio::select! {
+                            Ok(()) = woken => debug!("woken by a release"),
+                            () = tokio::time::sleep(fallback) => {}
+                        }
+                    }
+                } else {
+                    waiters.add_grants(&q.place.waiter, heard);
+                }
+                continue;
+            }
             // A fresh token for every attempt: the previous attempt's cleanup may reach a
             // node after this attempt's grant (its connection still being made, or a
             // script resent after NOSCRIPT), and must then find nothing of its own to
@@ -124,14 +163,15 @@ pub(crate) async fn acquire(
                         }
                     }
                     return Ok(Lock::new(
-        cluster,
+                        cluster,
                         name,
                         keys,
                         token,
                         fence,
                         opts.ttl,
                         valid_until,
-                    ));
+                    )
+                    .with_next_hold(next_hold.filter(|_| attempts > 1)));
                 }
                 Err(e) => e,
             };

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 pub(crate) use acquire::acquire;
 pub(crate) use extend::{extend_key, extend_token};
-pub(crate) use release::{release_key, release_token};
+pub(crate) use release::{Releaser, release_key, release_token};
 
 use crate::cluster::Cluster;
 use crate::config::LockKind;
@@ -41,6 +41,9 @@ pub struct Lock {
     pub(crate) ttl: Duration,
     pub(crate) valid_until: Instant,
     pub(crate) held: HeldGauge,
+    /// Set when the client takes this lock in a loop: its release keeps the client's place in
+    /// line for the next hold.
+    pub(crate) next_hold: Option<queue::NextHold>,
 }
 
 impl fmt::Debug for Lock {
@@ -73,7 +76,14 @@ impl Lock {
             fence,
             ttl,
             valid_until,
+            next_hold: None,
         }
+    }
+
+    /// This lock, taken by a client that takes it in a loop (see [`Releaser::Looping`]).
+    pub(crate) fn with_next_hold(mut self, next_hold: Option<queue::NextHold>) -> Self {
+        self.next_hold = next_hold;
+        self
     }
 
     /// The lock's name.
@@ -181,7 +191,10 @@ impl Lock {
             &self.keys,
             &self.token,
             self.fence,
-            true,
+            match self.next_hold {
+                Some(next) => Releaser::Looping(next),
+                None => Releaser::Holder,
+            },
         )
         .await
     }

@@ -10,10 +10,12 @@ use tracing::debug;
 use super::acquire::WAKE_FALLBACK;
 use crate::cluster::{Cluster, GiveBack, MAX_FENCE};
 use crate::config::LockOptions;
+use crate::config::random_token;
 use crate::error::NodeFailureKind;
 use crate::fanout::{Answer, send_and_detach};
 use crate::node::Keys;
-use crate::node::{AcquireReply, Place};
+use crate::node::{AcquireReply, Place, Terms};
+use crate::waiters::KeptPlace;
 
 /// Attempts whose terms a waiter remembers. A node keeps only the latest refused attempt's
 /// terms, and only for the place's life; a grant on older terms is given back.
@@ -57,33 +59,32 @@ impl<'a> Queued<'a> {
         opts: &LockOptions,
         started: Instant,
     ) -> Self {
-        // First come, first served: the time the caller started waiting, from the wall clock
-        // so that every client's waiters compare (a skewed clock only costs fairness).
-        let since_epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .saturating_sub(started.elapsed());
-        // A fair waiter in line may poll only every WAKE_FALLBACK (see acquire.rs).
-        let pause = if opts.is_fair() {
-            (opts.retry_delay + opts.retry_jitter).max(WAKE_FALLBACK)
-        } else {
-            opts.retry_delay + opts.retry_jitter
-        };
         Queued {
             cluster,
             keys,
             place: Place {
                 waiter: cluster.waiters.new_waiter(),
-                priority: u64::try_from(since_epoch.as_micros())
-                    .unwrap_or(MAX_FENCE)
-                    .min(MAX_FENCE),
-                // Refreshed by every attempt, and attempts come at least this often, so a live
-                // waiter keeps its place and a dead one holds nobody up for long.
-                life: (pause * 2 + cluster.settings.node_timeout)
-                    .clamp(PLACE_LIFE_MIN, PLACE_LIFE_MAX),
+                priority: priority_since(started),
+                life: place_life(cluster, opts),
             },
             may_be_queued_on: vec![false; cluster.nodes.len()],
             attempts: VecDeque::with_capacity(ATTEMPTS_KEPT),
+            in_line: true,
+            taken_with: None,
+        }
+    }
+
+    /// The waiter of the place a release of this client kept for it (see
+    /// [`keep_place_for_next_hold`]), in line already, on `on` the masters where it may be.
+    pub(super) fn from_kept(cluster: &'a Arc<Cluster>, kept: &KeptPlace, on: Vec<bool>) -> Self {
+        let mut attempts = VecDeque::with_capacity(ATTEMPTS_KEPT);
+        attempts.push_back((kept.terms.token.clone(), kept.sent));
+        Queued {
+            cluster,
+            keys: kept.keys.clone(),
+            place: kept.place.clone(),
+            may_be_queued_on: on,
+            attempts,
             in_line: true,
             taken_with: None,
         }
@@ -201,6 +202,88 @@ impl<'a> Queued<'a> {
             }
         }
     }
+}
+
+/// First come, first served: the time a caller started waiting, from the wall clock so that
+/// every client's waiters compare (a skewed clock only costs fairness).
+fn priority_since(started: Instant) -> u64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .saturating_sub(started.elapsed());
+    u64::try_from(since_epoch.as_micros())
+        .unwrap_or(MAX_FENCE)
+        .min(MAX_FENCE)
+}
+
+/// How long the nodes keep a place of a caller waiting with `opts` without hearing from it.
+/// Refreshed by every attempt, and attempts come at least every pause, so a live waiter keeps
+/// its place and a dead one holds nobody up for long.
+fn place_life(cluster: &Cluster, opts: &LockOptions) -> Duration {
+    // A fair waiter in line may poll only every WAKE_FALLBACK (see acquire.rs).
+    let pause = if opts.is_fair() {
+        (opts.retry_delay + opts.retry_jitter).max(WAKE_FALLBACK)
+    } else {
+        opts.retry_delay + opts.retry_jitter
+    };
+    (pause * 2 + cluster.settings.node_timeout).clamp(PLACE_LIFE_MIN, PLACE_LIFE_MAX)
+}
+
+/// What a lock's release needs to keep its client's place in line for the next hold: that
+/// hold's TTL and the place's life, from the options of the acquire that took the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NextHold {
+    pub(super) ttl: Duration,
+    pub(super) life: Duration,
+}
+
+impl NextHold {
+    pub(super) fn new(cluster: &Cluster, opts: &LockOptions) -> Self {
+        NextHold {
+            ttl: opts.ttl,
+            life: place_life(cluster, opts),
+        }
+    }
+
+    /// Whether `kept` was kept on these terms.
+    pub(super) fn kept(&self, kept: &KeptPlace) -> bool {
+        kept.terms.ttl == self.ttl && kept.place.life == self.life
+    }
+}
+
+/// The place a release of the lock with fencing token `fence` keeps for its client's next hold
+/// (`lua/release.lua`): at the back of the line, on the terms of `next`, and listened for
+/// before the release is sent, since a hand-over to it may come before the release's answer.
+/// `None` when no token can be had.
+pub(super) fn keep_place_for_next_hold(
+    cluster: &Cluster,
+    keys: &Arc<Keys>,
+    next: NextHold,
+    fence: u64,
+) -> Option<KeptPlace> {
+    let token = random_token().ok()?;
+    let waiter = cluster.waiters.new_waiter();
+    drop(cluster.waiters.listen(&waiter));
+    Some(KeptPlace::new(
+        keys.clone(),
+        Place {
+            waiter,
+            priority: priority_since(Instant::now()),
+            life: next.life,
+        },
+        Terms {
+            token: token.into(),
+            ttl: next.ttl,
+            proposal: fence.saturating_add(1).min(MAX_FENCE),
+        },
+        cluster.nodes.len(),
+    ))
+}
+
+/// Gives up a kept place that no acquire took up, on `on` the masters where it is, as a waiter
+/// that gives up its place does: hand-overs it got are given back, passing the turn on.
+pub(crate) fn give_up_kept(cluster: &Arc<Cluster>, kept: &KeptPlace, on: Vec<bool>) {
+    drop(Queued::from_kept(cluster, kept, on));
 }
 
 /// Sends `waiter`'s dequeue to the `selected` nodes, in the background.

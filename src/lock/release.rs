@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracing::{Instrument, debug_span};
+use tracing::{Instrument, debug, debug_span};
+
+use super::queue::{NextHold, give_up_kept, keep_place_for_next_hold};
 
 use crate::cluster::Cluster;
 use crate::config::{LockKind, validate_token};
@@ -11,6 +13,7 @@ use crate::error::{Error, Operation, Result};
 use crate::fanout::{failures, vote};
 use crate::node::Keys;
 use crate::node::ReleaseReply;
+use crate::waiters::{Kept, KeptPlace, LOOP_WINDOW};
 
 /// Releases a lock by name and token, as a stateless caller (the HTTP service) would.
 ///
@@ -30,23 +33,42 @@ pub(crate) async fn release_token(
 ) -> Result<()> {
     let keys = cluster.keys(name, kind)?;
     validate_token(token)?;
-    release_key(cluster, name, &keys, &token.into(), 0, false).await
+    release_key(cluster, name, &keys, &token.into(), 0, Releaser::Other).await
+}
+
+/// Who releases a lock.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Releaser {
+    /// A caller that only has the token (the HTTP service).
+    Other,
+    /// The lock's holder (a [`Lock`](super::Lock) or a guard): nodes where the lock is already
+    /// gone hand it over too.
+    Holder,
+    /// The holder of a mutex that its client takes in a loop: where the release hands the lock
+    /// over, it also keeps the client's place in line for the next hold (`lua/release.lua`).
+    Looping(NextHold),
 }
 
 /// Releases the lock `keys` held with `token` (and `fence`, when known) on every node; done
-/// as soon as a quorum no longer has it. `holder` when the caller holds the lock itself (a
-/// [`Lock`](super::Lock) or a guard): nodes where it is already gone hand it over too.
+/// as soon as a quorum no longer has it.
 pub(crate) async fn release_key(
     cluster: &Arc<Cluster>,
     name: &str,
     keys: &Arc<Keys>,
     token: &Arc<str>,
     fence: u64,
-    holder: bool,
+    releaser: Releaser,
 ) -> Result<()> {
     let nodes = &cluster.nodes;
     let quorum = cluster.quorum();
     let deadline = Instant::now() + cluster.settings.node_timeout;
+    let holder = !matches!(releaser, Releaser::Other);
+    let kept = match releaser {
+        Releaser::Looping(next) if matches!(keys.kind, LockKind::Mutex) => {
+            keep_place_for_next_hold(cluster, keys, next, fence).map(Arc::new)
+        }
+        _ => None,
+    };
     let handed_over = token.contains('/');
     if handed_over {
         // A handed-over lock: a slow master may still hand the same token over after this
@@ -61,7 +83,8 @@ pub(crate) async fn release_key(
         Operation::Release,
         deadline,
         |i| {
-            let (cluster, keys, token) = (cluster.clone(), keys.clone(), token.clone());
+            let (cluster, keys, token, kept) =
+                (cluster.clone(), keys.clone(), token.clone(), kept.clone());
             async move {
                 // Told when the answer is in, or when the deadline drops the call.
                 let mut heard = handed_over.then(|| ReleaseHeard {
@@ -70,9 +93,21 @@ pub(crate) async fn release_key(
                     node: i,
                     deleted: false,
                 });
+                let keep = kept.as_deref().map(|k| (&k.place, &k.terms));
                 let answer = cluster.nodes[i]
-                    .release(&keys, &token, cluster.waiters.wake_prefix(), fence, holder)
+                    .release(
+                        &keys,
+                        &token,
+                        cluster.waiters.wake_prefix(),
+                        fence,
+                        holder,
+                        keep,
+                    )
                     .await;
+                if let (Some(kept), Ok((_, queued))) = (&kept, &answer) {
+                    kept.answered(i, *queued);
+                }
+                let answer = answer.map(|(reply, _)| reply);
                 if let Some(heard) = heard.as_mut() {
                     heard.deleted = matches!(answer, Ok(ReleaseReply::Deleted));
                 }
@@ -95,8 +130,17 @@ pub(crate) async fn release_key(
         count(ReleaseReply::Foreign),
     );
     if deleted + absent >= quorum || (deleted > 0 && deleted + absent + foreign >= quorum) {
+        if holder && matches!(keys.kind, LockKind::Mutex) {
+            cluster.waiters.kept_places.note_release(&keys.lock);
+        }
+        if let Some(kept) = kept {
+            keep_for_next_acquire(cluster, kept);
+        }
         crate::metrics::release(&keys.kind, "released");
         return Ok(());
+    }
+    if let Some(kept) = kept {
+        give_up_kept(cluster, &kept, kept.may_be_on());
     }
     if deleted == 0 && foreign > 0 {
         crate::metrics::release(&keys.kind, "not_held");
@@ -106,6 +150,52 @@ pub(crate) async fn release_key(
     }
     crate::metrics::release(&keys.kind, "unavailable");
     Err(cluster.unavailable(Operation::Release, name, quorum, failures(nodes, &answers)))
+}
+
+/// Leaves a place the release kept on a quorum for the client's next acquire of the lock, which
+/// takes it up if it comes within [`LOOP_WINDOW`]; otherwise, and where too few masters kept
+/// it, it is given up. Where no answer said so, a place is not looked for: one that a slower
+/// master queued lapses, and a hand-over to it there is given back as nobody's.
+fn keep_for_next_acquire(cluster: &Arc<Cluster>, kept: Arc<KeptPlace>) {
+    let runtime = tokio::runtime::Handle::try_current();
+    let (Ok(runtime), true) = (runtime, kept.queued_count() >= cluster.quorum()) else {
+        give_up_kept(cluster, &kept, kept.queued_on());
+        return;
+    };
+    let Kept {
+        replaced,
+        start_sweeping,
+    } = cluster.waiters.kept_places.keep(kept);
+    if let Some(replaced) = replaced {
+        give_up_kept(cluster, &replaced, replaced.queued_on());
+    }
+    if start_sweeping {
+        runtime.spawn(give_up_stale_places(cluster.clone()));
+    }
+}
+
+/// Gives up, every [`LOOP_WINDOW`], the places kept for longer than that, for as long as places
+/// are kept: one task per client rather than a timer per hand-over.
+async fn give_up_stale_places(cluster: Arc<Cluster>) {
+    /// Should the task be dropped (its runtime shut down), the next place kept starts another.
+    struct Stopped<'c>(&'c Cluster);
+    impl Drop for Stopped<'_> {
+        fn drop(&mut self) {
+            self.0.waiters.kept_places.sweeping_stopped();
+        }
+    }
+    let _stopped = Stopped(&cluster);
+    loop {
+        tokio::time::sleep(LOOP_WINDOW).await;
+        let (stale, going_on) = cluster.waiters.kept_places.take_stale();
+        for kept in stale {
+            debug!("the place kept for a next hold was not taken up; giving it up");
+            give_up_kept(&cluster, &kept, kept.queued_on());
+        }
+        if !going_on {
+            return;
+        }
+    }
 }
 
 /// Tells the waiters how one master answered the release of a handed-over lock (see

@@ -178,6 +178,9 @@ impl Node {
     ///
     /// For a reentrant lock, `token` is the hold released, and the lock goes only with its
     /// last hold; a read-write lock or a semaphore wakes the first few waiters.
+    ///
+    /// `keep`, for a mutex: a place in line for the releaser's next attempt, queued with its
+    /// terms where the release hands the lock over; the answer says whether it was.
     pub(crate) async fn release(
         &self,
         keys: &Keys,
@@ -185,7 +188,8 @@ impl Node {
         channel: &str,
         fence: u64,
         holder: bool,
-    ) -> std::result::Result<ReleaseReply, NodeFailureKind> {
+        keep: Option<(&Place, &Terms)>,
+    ) -> std::result::Result<(ReleaseReply, bool), NodeFailureKind> {
         let holders_member = match &keys.kind {
             LockKind::Mutex => None,
             LockKind::Reentrant(owner) => {
@@ -199,7 +203,7 @@ impl Node {
                         },
                     )
                     .await?;
-                return release_reply(value);
+                return release_reply(value).map(|(reply, _)| (reply, false));
             }
             LockKind::Read => Some("r:"),
             LockKind::Write => Some("w:"),
@@ -216,6 +220,14 @@ impl Node {
                             .arg(channel)
                             .arg(fence)
                             .arg(if holder { "1" } else { "0" });
+                        if let Some((place, terms)) = keep {
+                            c.arg(&*place.waiter)
+                                .arg(place.priority)
+                                .arg(millis(place.life))
+                                .arg(&*terms.token)
+                                .arg(millis(terms.ttl))
+                                .arg(terms.proposal);
+                        }
                     },
                 )
                 .await?
@@ -259,7 +271,7 @@ impl Node {
                 c.arg(channel);
             })
             .await?;
-        release_reply(value)
+        release_reply(value).map(|(reply, _)| reply)
     }
 
     /// Gives up `waiter`'s place in the queue, waking the next waiter on `channel` if the lock

@@ -89,13 +89,18 @@ pub(crate) fn is_durable(aof_enabled: Option<bool>, appendfsync: Option<&str>) -
     aof_enabled == Some(true) && appendfsync == Some("always")
 }
 
-/// A release's (or give-back's) answer: 1 deleted, 0 already gone, -1 held by another token.
-pub(super) fn release_reply(value: Value) -> std::result::Result<ReleaseReply, NodeFailureKind> {
+/// A release's (or give-back's) answer: 1 deleted, 0 already gone, -1 held by another token;
+/// 10 more when the releaser's place was kept in line (the `bool`).
+pub(super) fn release_reply(
+    value: Value,
+) -> std::result::Result<(ReleaseReply, bool), NodeFailureKind> {
     match value {
         // 2: a reentrant lock's hold is gone, and other holds keep the lock.
-        Value::Int(1 | 2) => Ok(ReleaseReply::Deleted),
-        Value::Int(0) => Ok(ReleaseReply::Absent),
-        Value::Int(-1) => Ok(ReleaseReply::Foreign),
+        Value::Int(1 | 2) => Ok((ReleaseReply::Deleted, false)),
+        Value::Int(0) => Ok((ReleaseReply::Absent, false)),
+        Value::Int(-1) => Ok((ReleaseReply::Foreign, false)),
+        Value::Int(11) => Ok((ReleaseReply::Deleted, true)),
+        Value::Int(10) => Ok((ReleaseReply::Absent, true)),
         other => Err(unexpected("release", &other)),
     }
 }

@@ -32,7 +32,9 @@ use tokio::sync::mpsc;
 
 use crate::node::Node;
 
+mod kept;
 mod subscription;
+pub(crate) use kept::{Kept, KeptPlace, KeptPlaces, LOOP_WINDOW};
 use subscription::{Subscribed, subscription};
 
 /// Handoff tokens of locks this client took lately, remembered so that a grant heard after its
@@ -90,6 +92,8 @@ pub(crate) struct Waiters {
     state: Arc<State>,
     /// One flag per master: whether its subscription is confirmed and reading.
     subscribed: OnceLock<Vec<watch::Receiver<bool>>>,
+    /// Places this client's releases kept in line for its next acquires.
+    pub(crate) kept_places: KeptPlaces,
     /// Dropped with the client, which stops the subscription tasks.
     _alive: watch::Sender<()>,
     alive: watch::Receiver<()>,
@@ -106,7 +110,8 @@ pub(crate) struct State {
     /// By waiter id.
     listeners: Mutex<HashMap<String, Listener>>,
     /// The latest [`KEPT_TOKENS`] handover tokens this client took a lock with, and whether
-    /// that lock has been released since.
+    /// that lock has been released since; newest last, and looked up from the newest, which
+    /// is the one a release or a late message is most often about.
     kept: Mutex<VecDeque<KeptToken>>,
     /// Where grants for waiters that are gone go, to be given back by the client.
     orphans: mpsc::UnboundedSender<Orphan>,
@@ -137,6 +142,7 @@ impl Waiters {
         let waiters = Waiters {
             state: Arc::new(state),
             subscribed: OnceLock::new(),
+            kept_places: KeptPlaces::default(),
             _alive: alive_tx,
             alive: alive_rx,
         };
@@ -243,13 +249,15 @@ impl State {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         grants
             .into_iter()
-            .filter(|g| match kept.iter_mut().find(|k| k.token == g.token) {
-                Some(k) => {
-                    k.heard_late_on.push(g.node);
-                    k.released
-                }
-                None => true,
-            })
+            .filter(
+                |g| match kept.iter_mut().rev().find(|k| k.token == g.token) {
+                    Some(k) => {
+                        k.heard_late_on.push(g.node);
+                        k.released
+                    }
+                    None => true,
+                },
+            )
             .collect()
     }
 
@@ -259,7 +267,7 @@ impl State {
     /// that master is in (the grant waits for it).
     fn late_grant(&self, grant: Grant, lock_key: String) -> Option<Orphan> {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(k) = kept.iter_mut().find(|k| k.token == grant.token) else {
+        let Some(k) = kept.iter_mut().rev().find(|k| k.token == grant.token) else {
             return Some(Orphan { lock_key, grant });
         };
         k.heard_late_on.push(grant.node);
@@ -312,7 +320,7 @@ impl State {
     /// [`State::release_answered`]).
     pub(crate) fn released(&self, token: &str) {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(k) = kept.iter_mut().find(|k| k.token == token) {
+        if let Some(k) = kept.iter_mut().rev().find(|k| k.token == token) {
             k.released = true;
         }
     }
@@ -322,6 +330,7 @@ impl State {
     pub(crate) fn heard_late_on(&self, token: &str) -> Vec<usize> {
         let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         kept.iter()
+            .rev()
             .find(|k| k.token == token)
             .map(|k| k.heard_late_on.clone())
             .unwrap_or_default()
@@ -332,7 +341,7 @@ impl State {
     /// that were waiting for this are given back unless the release deleted the lock there.
     pub(crate) fn release_answered(&self, token: &str, node: usize, deleted: bool) {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(k) = kept.iter_mut().find(|k| k.token == token) else {
+        let Some(k) = kept.iter_mut().rev().find(|k| k.token == token) else {
             return;
         };
         k.release_answers.push((node, deleted));

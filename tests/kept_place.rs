@@ -1,0 +1,171 @@
+//! The place in line that a looping holder's release keeps for its client's next acquire of
+//! the same lock: taken up without an attempt and handed the lock in its turn, given up when
+//! the client does not come back (the line moves on), and not taken up on other terms.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::Duration;
+
+use redquorum::{Client, Lock, LockOptions};
+use redquorum_testkit::LocalNodes;
+
+const NAME: &str = "looping";
+
+/// A fair caller that waits.
+fn waiting(ttl_ms: u64) -> LockOptions {
+    common::opts(ttl_ms).wait(Duration::from_secs(10))
+}
+
+/// Waiter ids in the queue of [`NAME`] on the node of `conn`, first first.
+async fn queued(conn: &redis::aio::MultiplexedConnection) -> Vec<String> {
+    let mut conn = conn.clone();
+    redis::cmd("ZRANGE")
+        .arg(format!("redquorum:queue:{NAME}"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Releases `lock`, which nobody waits for, and fails if a place is left in the line (on the
+/// node of `conn`) a second later.
+async fn released_leaving_no_place(lock: Lock, conn: &redis::aio::MultiplexedConnection) {
+    lock.release().await.unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(1), || async {
+            queued(conn).await.is_empty()
+        })
+        .await,
+        "a place was left behind"
+    );
+}
+
+/// A caller on its own client that waits for the lock, holds it for `hold`, and releases it.
+fn takes_a_turn(nodes: &LocalNodes, hold: Duration) -> tokio::task::JoinHandle<u64> {
+    let client = common::client(nodes);
+    tokio::spawn(async move {
+        let lock = client.acquire(NAME, &waiting(10_000)).await.unwrap();
+        let fence = lock.fence();
+        tokio::time::sleep(hold).await;
+        lock.release().await.unwrap();
+        fence
+    })
+}
+
+/// Client `a` takes the lock in a loop: it holds it, releases it to a waiter, and at once
+/// waits for it again, which it is then handed; meanwhile another caller, which holds the lock
+/// for `next_hold`, has queued behind it. The lock returned is `a`'s second hold, taken by a
+/// client that is now seen looping, so its release keeps `a`'s place in line.
+async fn looping_holder(nodes: &LocalNodes, a: &Client, next_hold: Duration) -> Lock {
+    let first = a.acquire(NAME, &waiting(10_000)).await.unwrap();
+    let other = takes_a_turn(nodes, Duration::from_millis(50));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    first.release().await.unwrap();
+    let second = a.acquire(NAME, &waiting(10_000)).await.unwrap();
+    other.await.unwrap();
+    assert!(
+        second.token().contains('/'),
+        "handed over: {}",
+        second.token()
+    );
+    // The caller that holds the lock next, queued behind `a`.
+    drop(takes_a_turn(nodes, next_hold));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    second
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_holder_waits_in_the_place_its_release_kept() {
+    let nodes = common::nodes(5);
+    let a = common::client(&nodes);
+    let conn = common::raw(&nodes, 0).await;
+    let held = looping_holder(&nodes, &a, Duration::from_millis(200)).await;
+    let before = held.fence();
+    held.release().await.unwrap();
+    // Asked again at once, as a loop does: the place the release kept is taken up.
+    let again = tokio::spawn({
+        let a = a.clone();
+        async move { a.acquire(NAME, &waiting(10_000)).await }
+    });
+    // The other caller holds the lock now; behind it, only the place kept for `a`.
+    let line = queued(&conn).await;
+    assert_eq!(line.len(), 1, "the line behind the holder: {line:?}");
+    let lock = tokio::time::timeout(Duration::from_secs(3), again)
+        .await
+        .expect("handed the lock when the other caller released it")
+        .unwrap()
+        .unwrap();
+    // Handed over on the terms of the kept place, not on those of an attempt of its own.
+    assert!(
+        lock.token().starts_with(&format!("{}/", line[0])),
+        "{} was not handed over to the kept place {}",
+        lock.token(),
+        line[0]
+    );
+    assert!(lock.fence() > before + 1, "{} after {before}", lock.fence());
+    released_leaving_no_place(lock, &conn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_place_that_nobody_takes_up_is_given_up() {
+    let nodes = common::nodes(5);
+    let a = common::client(&nodes);
+    let held = looping_holder(&nodes, &a, Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    // A try that does not wait, refused while the other caller holds the lock, does not take
+    // the place up.
+    assert!(a.try_acquire(NAME, &common::opts(5_000)).await.is_err());
+    // `a` does not come back to wait: its place goes from every master, while the other caller
+    // still holds the lock (a place that only lapsed would stay in the queue until a script met
+    // it).
+    for i in 0..nodes.len() {
+        let conn = common::raw(&nodes, i).await;
+        assert!(
+            common::eventually(Duration::from_millis(250), || async {
+                queued(&conn).await.is_empty()
+            })
+            .await,
+            "master {i} kept the place: {:?}",
+            queued(&conn).await
+        );
+    }
+    // And the lock, once released, is free for anyone at once.
+    let c = common::client(&nodes);
+    let taken = common::eventually(Duration::from_secs(2), || async {
+        match c.try_acquire(NAME, &common::opts(5_000)).await {
+            Ok(lock) => {
+                lock.release().await.unwrap();
+                true
+            }
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert!(taken, "the lock was not free after its holder released it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_next_acquire_on_other_terms_does_not_take_the_kept_place() {
+    let nodes = common::nodes(5);
+    let a = common::client(&nodes);
+    let conn = common::raw(&nodes, 0).await;
+    let held = looping_holder(&nodes, &a, Duration::from_millis(100)).await;
+    held.release().await.unwrap();
+    // Asked again at once, but for a shorter TTL than the kept place's terms.
+    let lock = a.acquire(NAME, &waiting(4_000)).await.unwrap();
+    assert_eq!(lock.ttl(), Duration::from_millis(4_000));
+    let mut within = 0;
+    for i in 0..nodes.len() {
+        let pttl = common::pttl(&nodes, i, NAME).await;
+        if (1..=4_000).contains(&pttl) {
+            within += 1;
+        }
+    }
+    assert!(
+        within >= 3,
+        "the lock is held with its own TTL on {within} masters"
+    );
+    released_leaving_no_place(lock, &conn).await;
+}
