@@ -7,7 +7,20 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args = commands::Cli::parse();
+    let args = match commands::Cli::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            // `--help` and `--version` print to stdout and succeed; any other argument error is
+            // a usage error, with the same exit code as a bad name, duration or URL (EX_USAGE),
+            // where clap's own would be 2.
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(commands::EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     commands::init_tracing(args.log_format, args.default_log_level());
     let mut builder = match args.threads {
         1 => tokio::runtime::Builder::new_current_thread(),

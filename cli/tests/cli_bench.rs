@@ -78,7 +78,8 @@ async fn an_absurd_thread_count_is_refused_before_anything_runs() {
         .output()
         .await
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    // A usage error (EX_USAGE), like any other bad argument.
+    assert_eq!(out.status.code(), Some(64));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--threads"), "{stderr}");
     // Refused at parsing: no masters were started, no table printed.

@@ -374,3 +374,46 @@ async fn nodes_come_from_flag_then_environment_then_config_file() {
         Some(64)
     );
 }
+
+#[tokio::test]
+async fn argument_errors_exit_with_ex_usage_and_help_succeeds() {
+    let outcome = |args: &'static [&'static str]| async move {
+        let out = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Caught by the argument parser: a malformed duration, an unknown flag, a missing
+    // required flag, an unknown command. Each says what is wrong and runs nothing.
+    for (args, names) in [
+        (
+            &["run", "--lock", "x", "--ttl", "abc", "--", "true"][..],
+            "--ttl",
+        ),
+        (
+            &["--bogus", "run", "--lock", "x", "--ttl", "1s", "--", "true"][..],
+            "--bogus",
+        ),
+        (&["run", "--ttl", "1s", "--", "true"][..], "--lock"),
+        (&["nosuch"][..], "nosuch"),
+    ] {
+        let (code, stdout, stderr) = outcome(args).await;
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(names), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+    }
+    // Asking for help or the version is not an error.
+    let (code, stdout, _) = outcome(&["run", "--help"]).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains("--lock"), "{stdout}");
+    let (code, stdout, _) = outcome(&["--version"]).await;
+    assert_eq!(code, Some(0));
+    assert!(stdout.contains(env!("CARGO_PKG_VERSION")), "{stdout}");
+}
