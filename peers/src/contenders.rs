@@ -1,0 +1,143 @@
+//! The clients compared, behind one acquire and release: redquorum through its public API,
+//! rslock, and a bare redis-rs fan-out with no lock logic (the bound a client can reach).
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::aio::MultiplexedConnection;
+use redquorum::{Client, LockOptions};
+
+/// The bare fan-out's release: compare-and-delete, as every Redlock client's.
+const UNLOCK: &str = "if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
+
+/// One client of one kind, with its own connections.
+pub(crate) enum Contender {
+    Redquorum(Client, LockOptions),
+    Rslock(rslock::LockManager, Duration),
+    /// `SET NX PX` on every master at once, then the compare-and-delete script; waits for
+    /// every master, as rslock does. It does not wait for a held lock, so it only runs
+    /// uncontended.
+    Bare(Vec<MultiplexedConnection>, Duration, redis::Script),
+}
+
+/// A lock taken by a [`Contender`].
+pub(crate) enum Held {
+    Redquorum(redquorum::Lock),
+    Rslock(rslock::LockGuard),
+    Bare(String, String),
+}
+
+impl Contender {
+    /// redquorum with the options a waiting caller would use: it waits up to 60 s, and its
+    /// fallback retry is jittered up to `retry`. The masters were started just now, so
+    /// quarantine (which would keep a restarted master out) is off.
+    pub(crate) fn redquorum(
+        urls: &[String],
+        ttl: Duration,
+        retry: Duration,
+    ) -> Result<Self, String> {
+        let client = Client::builder()
+            .nodes(urls.to_vec())
+            .quarantine(Duration::ZERO)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let opts = LockOptions::new(ttl)
+            .wait(Duration::from_secs(60))
+            .retry_delay(Duration::ZERO)
+            .retry_jitter(retry);
+        Ok(Contender::Redquorum(client, opts))
+    }
+
+    /// rslock with three attempts per `lock()` call, `retry` apart at most (its waiting
+    /// `acquire` loops over `lock()`).
+    pub(crate) fn rslock(urls: &[String], ttl: Duration, retry: Duration) -> Self {
+        let mut manager = rslock::LockManager::new(urls.to_vec());
+        manager.set_retry(3, retry);
+        Contender::Rslock(manager, ttl)
+    }
+
+    /// The bare fan-out, connected to every master.
+    pub(crate) async fn bare(urls: &[String], ttl: Duration) -> Result<Self, String> {
+        let mut connections = Vec::with_capacity(urls.len());
+        for url in urls {
+            let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
+            connections.push(
+                client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(Contender::Bare(
+            connections,
+            ttl,
+            redis::Script::new(UNLOCK),
+        ))
+    }
+
+    /// Takes `name`, waiting while it is held (the bare fan-out does not wait).
+    pub(crate) async fn acquire(&self, name: &str) -> Result<Held, String> {
+        match self {
+            Contender::Redquorum(client, opts) => client
+                .acquire(name, opts)
+                .await
+                .map(Held::Redquorum)
+                .map_err(|e| e.to_string()),
+            Contender::Rslock(manager, ttl) => manager
+                .acquire(name, *ttl)
+                .await
+                .map(Held::Rslock)
+                .map_err(|e| e.to_string()),
+            Contender::Bare(connections, ttl, _) => {
+                let value = format!("{:032x}", rand::random::<u128>());
+                let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+                let granted = join_all(connections.iter().map(|c| {
+                    let mut c = c.clone();
+                    let (name, value) = (name.to_owned(), value.clone());
+                    async move {
+                        let set: redis::RedisResult<redis::Value> = redis::cmd("SET")
+                            .arg(name)
+                            .arg(value)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(ttl_ms)
+                            .query_async(&mut c)
+                            .await;
+                        matches!(set, Ok(redis::Value::Okay))
+                    }
+                }))
+                .await;
+                let quorum = connections.len() / 2 + 1;
+                if granted.iter().filter(|g| **g).count() >= quorum {
+                    Ok(Held::Bare(name.to_owned(), value))
+                } else {
+                    Err(format!("{name} was not granted on a quorum"))
+                }
+            }
+        }
+    }
+
+    /// Releases a lock this contender took.
+    pub(crate) async fn release(&self, held: Held) -> Result<(), String> {
+        match (self, held) {
+            (_, Held::Redquorum(lock)) => lock.release().await.map_err(|e| e.to_string()),
+            (_, Held::Rslock(guard)) => {
+                guard.release().await;
+                Ok(())
+            }
+            (Contender::Bare(connections, _, unlock), Held::Bare(name, value)) => {
+                join_all(connections.iter().map(|c| {
+                    let mut c = c.clone();
+                    let (name, value) = (&name, &value);
+                    async move {
+                        let _: redis::RedisResult<i64> =
+                            unlock.key(name).arg(value).invoke_async(&mut c).await;
+                    }
+                }))
+                .await;
+                Ok(())
+            }
+            (_, Held::Bare(name, _)) => Err(format!("{name} was not taken by a bare fan-out")),
+        }
+    }
+}

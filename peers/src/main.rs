@@ -1,0 +1,236 @@
+//! `redquorum-peers`: redquorum side by side with rslock (the fastest Rust Redlock client we
+//! know of) and a bare redis-rs fan-out, in one run on the same five local masters.
+//!
+//! Each repeat runs, one after the other: the bare fan-out's uncontended pairs (multi-thread
+//! and current-thread runtime), redquorum's two scenarios (default runtime, then
+//! current-thread), and rslock's, each in a task of a fresh runtime. Figures are medians over
+//! the repeats; compare them only within one run.
+
+mod contenders;
+mod report;
+mod scenarios;
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use contenders::Contender;
+use redquorum_testkit::LocalNodes;
+use report::Row;
+
+/// What a run does; every figure can be set with `--name value`.
+#[derive(Debug, Clone)]
+struct Settings {
+    repeat: usize,
+    pairs: usize,
+    warm_up: usize,
+    workers: usize,
+    seconds: f64,
+    ttl: Duration,
+    retry: Duration,
+}
+
+const USAGE: &str = "usage: redquorum-peers [--repeat 3] [--pairs 2000] [--warm-up 200] [--workers 8] [--seconds 10] [--ttl-ms 10000] [--retry-ms 10]";
+
+fn settings() -> Result<Settings, String> {
+    let mut s = Settings {
+        repeat: 3,
+        pairs: 2000,
+        warm_up: 200,
+        workers: 8,
+        seconds: 10.0,
+        ttl: Duration::from_secs(10),
+        retry: Duration::from_millis(10),
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    for pair in args.chunks(2) {
+        let [flag, value] = pair else {
+            return Err(USAGE.to_owned());
+        };
+        let number = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: {v:?} is not a whole number\n{USAGE}"))
+        };
+        match flag.as_str() {
+            "--repeat" => s.repeat = number(value)?.max(1) as usize,
+            "--pairs" => s.pairs = number(value)?.max(1) as usize,
+            "--warm-up" => s.warm_up = number(value)? as usize,
+            "--workers" => s.workers = number(value)?.max(1) as usize,
+            "--seconds" => {
+                s.seconds = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| *v > 0.0 && *v <= 600.0)
+                    .ok_or_else(|| format!("--seconds: {value:?} is not in (0, 600]\n{USAGE}"))?;
+            }
+            "--ttl-ms" => s.ttl = Duration::from_millis(number(value)?.max(1)),
+            "--retry-ms" => s.retry = Duration::from_millis(number(value)?.max(1)),
+            _ => return Err(USAGE.to_owned()),
+        }
+    }
+    Ok(s)
+}
+
+/// A fresh runtime per figure: multi-thread with a worker per core, or a single thread.
+fn runtime(multi_thread: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+}
+
+/// Runs `scenario` as a task of `rt`, as application code runs, rather than on the thread that
+/// blocks on the runtime (whose every wake-up would come from another thread).
+fn in_task<T: Send + 'static>(
+    rt: &tokio::runtime::Runtime,
+    scenario: impl Future<Output = T> + Send + 'static,
+) -> Result<T, String> {
+    rt.block_on(rt.spawn(scenario))
+        .map_err(|e| format!("a scenario failed: {e}"))
+}
+
+/// Empties every master between figures, so that no figure inherits another's keys.
+fn flush(urls: &[String]) -> Result<(), String> {
+    for url in urls {
+        let mut c = redis::Client::open(url.as_str())
+            .and_then(|c| c.get_connection())
+            .map_err(|e| e.to_string())?;
+        redis::cmd("FLUSHALL")
+            .query::<()>(&mut c)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn run(s: &Settings, urls: &[String]) -> Result<Vec<Row>, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let mut bare_mt = Row {
+        client: "bare redis-rs fan-out",
+        variant: "multi-thread",
+        ..Row::default()
+    };
+    let mut bare_ct = Row {
+        client: "bare redis-rs fan-out",
+        variant: "current-thread",
+        ..Row::default()
+    };
+    let mut rq = Row {
+        client: "redquorum",
+        variant: "default (fair)",
+        ..Row::default()
+    };
+    let mut rq_ct = Row {
+        client: "redquorum",
+        variant: "current-thread runtime",
+        ..Row::default()
+    };
+    let mut rs = Row {
+        client: "rslock 0.10",
+        variant: "default",
+        ..Row::default()
+    };
+    let run_for = Duration::from_secs_f64(s.seconds);
+    for repeat in 1..=s.repeat {
+        eprintln!("repeat {repeat} of {}", s.repeat);
+        for (row, multi) in [(&mut bare_mt, true), (&mut bare_ct, false)] {
+            flush(urls)?;
+            let (urls, ttl, warm_up, pairs) = (urls.to_vec(), s.ttl, s.warm_up, s.pairs);
+            let figure = in_task(&runtime(multi).map_err(io)?, async move {
+                let bare = Contender::bare(&urls, ttl).await?;
+                Ok::<_, String>(scenarios::uncontended(bare, warm_up, pairs).await)
+            })??;
+            row.uncontended.push(figure);
+        }
+        for (row, multi) in [(&mut rq, true), (&mut rq_ct, false)] {
+            flush(urls)?;
+            let rt = runtime(multi).map_err(io)?;
+            let one = Contender::redquorum(urls, s.ttl, s.retry)?;
+            row.uncontended.push(in_task(
+                &rt,
+                scenarios::uncontended(one, s.warm_up, s.pairs),
+            )?);
+            flush(urls)?;
+            let many = (0..s.workers)
+                .map(|_| Contender::redquorum(urls, s.ttl, s.retry))
+                .collect::<Result<Vec<_>, _>>()?;
+            row.contended
+                .push(in_task(&rt, scenarios::contended(many, run_for))?);
+        }
+        flush(urls)?;
+        let rt = runtime(true).map_err(io)?;
+        let one = Contender::rslock(urls, s.ttl, s.retry);
+        rs.uncontended.push(in_task(
+            &rt,
+            scenarios::uncontended(one, s.warm_up, s.pairs),
+        )?);
+        flush(urls)?;
+        let many = (0..s.workers)
+            .map(|_| Contender::rslock(urls, s.ttl, s.retry))
+            .collect();
+        rs.contended
+            .push(in_task(&rt, scenarios::contended(many, run_for))?);
+    }
+    Ok(vec![rq, rq_ct, rs, bare_mt, bare_ct])
+}
+
+fn main() -> ExitCode {
+    if std::env::args().any(|a| a == "-h" || a == "--help") {
+        let _ = writeln!(std::io::stdout().lock(), "{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let s = match settings() {
+        Ok(s) => s,
+        Err(message) => {
+            eprintln!("{message}");
+            return ExitCode::from(64);
+        }
+    };
+    let nodes = match LocalNodes::start(5) {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            eprintln!("could not start five local redis-server masters: {e}");
+            return ExitCode::from(69);
+        }
+    };
+    let rows = match run(&s, &nodes.urls()) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (ratios, met) = report::ratios(&rows[0], &rows[1], &rows[2], &rows[3]);
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "N=5 local masters; {} repeats, medians; uncontended {} pairs after {} warm-up; contended {} workers for {} s, TTL {} ms, retry jitter {} ms\n",
+        s.repeat,
+        s.pairs,
+        s.warm_up,
+        s.workers,
+        s.seconds,
+        s.ttl.as_millis(),
+        s.retry.as_millis()
+    );
+    let _ = writeln!(out, "{}", report::table(&rows));
+    let _ = write!(out, "{ratios}");
+    let _ = writeln!(
+        out,
+        "{}",
+        if met {
+            "all goals met"
+        } else {
+            "some goals SHORT"
+        }
+    );
+    if rows.iter().all(Row::sound) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

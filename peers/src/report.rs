@@ -1,0 +1,185 @@
+//! Medians over the repeats, the side-by-side table, and the ratios against the goals.
+
+use std::fmt::Write as _;
+
+use crate::scenarios::{Contended, Uncontended};
+
+/// Every repeat of one contender in one variant.
+#[derive(Debug, Default)]
+pub(crate) struct Row {
+    pub(crate) client: &'static str,
+    pub(crate) variant: &'static str,
+    pub(crate) uncontended: Vec<Uncontended>,
+    pub(crate) contended: Vec<Contended>,
+}
+
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    })
+}
+
+impl Row {
+    pub(crate) fn pairs_per_second(&self) -> Option<f64> {
+        median(
+            self.uncontended
+                .iter()
+                .map(|u| u.pairs_per_second)
+                .collect(),
+        )
+    }
+
+    pub(crate) fn sections_per_second(&self) -> Option<f64> {
+        median(
+            self.contended
+                .iter()
+                .map(|c| c.sections_per_second)
+                .collect(),
+        )
+    }
+
+    fn contended_median(&self, field: fn(&Contended) -> f64) -> Option<f64> {
+        median(self.contended.iter().map(field).collect())
+    }
+
+    /// Mutual exclusion held and no worker was stuck in every contended repeat.
+    pub(crate) fn sound(&self) -> bool {
+        self.contended
+            .iter()
+            .all(|c| c.mutual_exclusion && c.stuck_workers == 0)
+    }
+}
+
+fn figure(value: Option<f64>, unit: &str) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}{unit}"))
+}
+
+/// The table, one line per contender and variant.
+pub(crate) fn table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "| client | variant | uncontended pairs/s | contended sections/s | acquire p50 | acquire p99 | per worker | mutual exclusion |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | --- | --- |\n",
+    );
+    for row in rows {
+        let per_worker = match (
+            row.contended.iter().map(|c| c.per_worker.0).min(),
+            row.contended.iter().map(|c| c.per_worker.1).max(),
+        ) {
+            (Some(low), Some(high)) => format!("{low}..{high}"),
+            _ => "-".to_owned(),
+        };
+        let exclusion = if row.contended.is_empty() {
+            "-"
+        } else if row.sound() {
+            "held"
+        } else {
+            "BROKEN or stuck"
+        };
+        let errors: u64 = row.uncontended.iter().map(|u| u.errors).sum::<u64>()
+            + row.contended.iter().map(|c| c.errors).sum::<u64>();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {}{} |",
+            row.client,
+            row.variant,
+            figure(row.pairs_per_second(), ""),
+            figure(row.sections_per_second(), ""),
+            figure(row.contended_median(|c| c.acquire_p50_us), " µs"),
+            figure(row.contended_median(|c| c.acquire_p99_us), " µs"),
+            per_worker,
+            exclusion,
+            if errors > 0 {
+                format!(", {errors} errors")
+            } else {
+                String::new()
+            },
+        );
+    }
+    out
+}
+
+/// One ratio against its goal; false when it falls short or a figure is missing.
+fn ratio(
+    out: &mut String,
+    label: &str,
+    ours: Option<f64>,
+    theirs: Option<f64>,
+    goal: f64,
+    higher: bool,
+) -> bool {
+    let (Some(ours), Some(theirs)) = (ours, theirs) else {
+        let _ = writeln!(out, "{label}: missing");
+        return false;
+    };
+    let r = ours / theirs;
+    let met = if higher { r >= goal } else { r <= goal };
+    let _ = writeln!(
+        out,
+        "{label}: {ours:.0} vs {theirs:.0} = {r:.2}x (goal {} {goal}) {}",
+        if higher { ">=" } else { "<=" },
+        if met { "ok" } else { "SHORT" }
+    );
+    met
+}
+
+/// The ratios of redquorum's defaults to rslock and to the bare fan-out, and whether all met
+/// their goals.
+pub(crate) fn ratios(
+    redquorum: &Row,
+    current_thread: &Row,
+    rslock: &Row,
+    bare: &Row,
+) -> (String, bool) {
+    let mut out = String::new();
+    let mut met = ratio(
+        &mut out,
+        "uncontended pairs/s vs rslock",
+        redquorum.pairs_per_second(),
+        rslock.pairs_per_second(),
+        1.2,
+        true,
+    );
+    met &= ratio(
+        &mut out,
+        "uncontended pairs/s vs bare redis-rs",
+        redquorum.pairs_per_second(),
+        bare.pairs_per_second(),
+        1.0,
+        true,
+    );
+    met &= ratio(
+        &mut out,
+        "contended sections/s vs rslock",
+        redquorum.sections_per_second(),
+        rslock.sections_per_second(),
+        1.2,
+        true,
+    );
+    met &= ratio(
+        &mut out,
+        "contended acquire p99 vs rslock",
+        redquorum.contended_median(|c| c.acquire_p99_us),
+        rslock.contended_median(|c| c.acquire_p99_us),
+        1.0,
+        false,
+    );
+    met &= redquorum.sound();
+    if let (Some(default), Some(single)) = (
+        redquorum.sections_per_second(),
+        current_thread.sections_per_second(),
+    ) {
+        let _ = writeln!(
+            out,
+            "contended, default runtime / current-thread runtime: {:.2}",
+            default / single
+        );
+    }
+    (out, met)
+}

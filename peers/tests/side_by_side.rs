@@ -1,0 +1,60 @@
+//! The comparison runs every client against real masters, keeps mutual exclusion in every
+//! contended run, and refuses flags it does not know.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+#[test]
+fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
+    let out = Command::new(env!("CARGO_BIN_EXE_redquorum-peers"))
+        .args([
+            "--repeat",
+            "1",
+            "--seconds",
+            "0.5",
+            "--pairs",
+            "50",
+            "--warm-up",
+            "10",
+        ])
+        .output()
+        .expect("run redquorum-peers");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for row in [
+        "| redquorum | default (fair) |",
+        "| redquorum | current-thread runtime |",
+        "| rslock 0.10 | default |",
+        "| bare redis-rs fan-out | multi-thread |",
+        "| bare redis-rs fan-out | current-thread |",
+    ] {
+        assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
+    }
+    // The three contended rows: the counter matched the critical sections, nobody overlapped,
+    // nobody was stuck.
+    assert_eq!(stdout.matches("| held").count(), 3, "{stdout}");
+    assert!(!stdout.contains("BROKEN"), "{stdout}");
+    for ratio in ["vs rslock", "vs bare redis-rs", "current-thread runtime:"] {
+        assert!(stdout.contains(ratio), "no {ratio:?} line in\n{stdout}");
+    }
+}
+
+#[test]
+fn unknown_flags_are_refused_with_the_usage() {
+    let out = Command::new(env!("CARGO_BIN_EXE_redquorum-peers"))
+        .args(["--fast", "yes"])
+        .output()
+        .expect("run redquorum-peers");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("usage: redquorum-peers"));
+    let help = Command::new(env!("CARGO_BIN_EXE_redquorum-peers"))
+        .arg("--help")
+        .output()
+        .expect("run redquorum-peers --help");
+    assert!(help.status.success());
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--repeat"));
+}
