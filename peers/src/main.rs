@@ -109,31 +109,11 @@ fn flush(urls: &[String]) -> Result<(), String> {
 
 fn run(s: &Settings, urls: &[String]) -> Result<Vec<Row>, String> {
     let io = |e: std::io::Error| e.to_string();
-    let mut bare_mt = Row {
-        client: "bare redis-rs fan-out",
-        variant: "multi-thread",
-        ..Row::default()
-    };
-    let mut bare_ct = Row {
-        client: "bare redis-rs fan-out",
-        variant: "current-thread",
-        ..Row::default()
-    };
-    let mut rq = Row {
-        client: "redquorum",
-        variant: "default (fair)",
-        ..Row::default()
-    };
-    let mut rq_ct = Row {
-        client: "redquorum",
-        variant: "current-thread runtime",
-        ..Row::default()
-    };
-    let mut rs = Row {
-        client: "rslock 0.10",
-        variant: "default",
-        ..Row::default()
-    };
+    let mut bare_mt = Row::new("bare redis-rs fan-out", "multi-thread");
+    let mut bare_ct = Row::new("bare redis-rs fan-out", "current-thread");
+    let mut rq = Row::new("redquorum", "default (fair)");
+    let mut rq_ct = Row::new("redquorum", "current-thread runtime");
+    let mut rs = Row::new("rslock 0.10", "default");
     let run_for = Duration::from_secs_f64(s.seconds);
     for repeat in 1..=s.repeat {
         eprintln!("repeat {repeat} of {}", s.repeat);

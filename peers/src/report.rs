@@ -27,6 +27,14 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
 }
 
 impl Row {
+    pub(crate) fn new(client: &'static str, variant: &'static str) -> Self {
+        Row {
+            client,
+            variant,
+            ..Row::default()
+        }
+    }
+
     pub(crate) fn pairs_per_second(&self) -> Option<f64> {
         median(
             self.uncontended
