@@ -96,7 +96,13 @@ pub(crate) fn plan(
 
 impl Cluster {
     /// Reads every master's marker and marks those without one (see the module's docs).
+    ///
+    /// One marking runs at a time. Two at once on a new deployment would each find masters
+    /// the other had not marked yet: the second could then take the deployment for one in
+    /// use, or give up until more masters answer, while the attempt that waited for it went
+    /// on to masters still unmarked, which grant nothing.
     pub(crate) async fn mark_deployment(self: &Arc<Self>) {
+        let _turn = self.marking_turn.lock().await;
         let inner = self;
         let deadline = Instant::now() + inner.settings.node_timeout.max(MARKING_DEADLINE_MIN);
         let readings = fan_out(

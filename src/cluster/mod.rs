@@ -39,6 +39,10 @@ pub(crate) struct Cluster {
     pub(crate) deployment_keys: Arc<DeploymentKeys>,
     /// Set while a marking of the deployment runs in the background.
     pub(crate) marking: AtomicBool,
+    /// Held by the marking that runs: one at a time, so that an attempt that marks waits for
+    /// one under way in the background and then reads the masters as it left them, instead of
+    /// reading them half-marked.
+    pub(crate) marking_turn: tokio::sync::Mutex<()>,
     /// Grants for waiters that are gone, until the task that gives them back takes them (on
     /// the first wait, from a runtime).
     orphans: Mutex<Option<mpsc::UnboundedReceiver<Orphan>>>,
@@ -90,6 +94,7 @@ impl Cluster {
             waiters,
             deployment_keys: Arc::new(DeploymentKeys::new(&settings.key_prefix)),
             marking: AtomicBool::new(false),
+            marking_turn: tokio::sync::Mutex::new(()),
             settings,
             highest_fence: AtomicU64::new(0),
             orphans: Mutex::new(Some(orphans)),
