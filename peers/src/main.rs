@@ -107,55 +107,90 @@ fn flush(urls: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn run(s: &Settings, urls: &[String]) -> Result<Vec<Row>, String> {
-    let io = |e: std::io::Error| e.to_string();
-    let mut bare_mt = Row::new("bare redis-rs fan-out", "multi-thread");
-    let mut bare_ct = Row::new("bare redis-rs fan-out", "current-thread");
-    let mut rq = Row::new("redquorum", "default (fair)");
-    let mut rq_ct = Row::new("redquorum", "current-thread runtime");
-    let mut rs = Row::new("rslock 0.10", "default");
+/// Every row of a run.
+struct Rows {
+    redquorum: Row,
+    redquorum_current_thread: Row,
+    rslock: Row,
+    bare: Row,
+    bare_current_thread: Row,
+}
+
+impl Rows {
+    /// In the order of the table.
+    fn all(&self) -> [&Row; 5] {
+        [
+            &self.redquorum,
+            &self.redquorum_current_thread,
+            &self.rslock,
+            &self.bare,
+            &self.bare_current_thread,
+        ]
+    }
+}
+
+/// Both scenarios for one kind of client on one runtime: uncontended pairs on one client made
+/// by `make`, then `s.workers` clients taking one name in turn.
+fn both_scenarios(
+    s: &Settings,
+    urls: &[String],
+    multi_thread: bool,
+    row: &mut Row,
+    make: impl Fn() -> Result<Contender, String>,
+) -> Result<(), String> {
+    flush(urls)?;
+    let rt = runtime(multi_thread).map_err(|e| e.to_string())?;
+    let one = make()?;
+    row.uncontended.push(in_task(
+        &rt,
+        scenarios::uncontended(one, s.warm_up, s.pairs),
+    )?);
+    flush(urls)?;
+    let many = (0..s.workers)
+        .map(|_| make())
+        .collect::<Result<Vec<_>, _>>()?;
     let run_for = Duration::from_secs_f64(s.seconds);
+    row.contended
+        .push(in_task(&rt, scenarios::contended(many, run_for))?);
+    Ok(())
+}
+
+fn run(s: &Settings, urls: &[String]) -> Result<Rows, String> {
+    let mut rows = Rows {
+        redquorum: Row::new("redquorum", "default (fair)"),
+        redquorum_current_thread: Row::new("redquorum", "current-thread runtime"),
+        rslock: Row::new("rslock 0.10", "default"),
+        bare: Row::new("bare redis-rs fan-out", "multi-thread"),
+        bare_current_thread: Row::new("bare redis-rs fan-out", "current-thread"),
+    };
     for repeat in 1..=s.repeat {
         eprintln!("repeat {repeat} of {}", s.repeat);
-        for (row, multi) in [(&mut bare_mt, true), (&mut bare_ct, false)] {
+        for (row, multi) in [
+            (&mut rows.bare, true),
+            (&mut rows.bare_current_thread, false),
+        ] {
             flush(urls)?;
             let (urls, ttl, warm_up, pairs) = (urls.to_vec(), s.ttl, s.warm_up, s.pairs);
-            let figure = in_task(&runtime(multi).map_err(io)?, async move {
+            let rt = runtime(multi).map_err(|e| e.to_string())?;
+            let figure = in_task(&rt, async move {
                 let bare = Contender::bare(&urls, ttl).await?;
                 Ok::<_, String>(scenarios::uncontended(bare, warm_up, pairs).await)
             })??;
             row.uncontended.push(figure);
         }
-        for (row, multi) in [(&mut rq, true), (&mut rq_ct, false)] {
-            flush(urls)?;
-            let rt = runtime(multi).map_err(io)?;
-            let one = Contender::redquorum(urls, s.ttl, s.retry)?;
-            row.uncontended.push(in_task(
-                &rt,
-                scenarios::uncontended(one, s.warm_up, s.pairs),
-            )?);
-            flush(urls)?;
-            let many = (0..s.workers)
-                .map(|_| Contender::redquorum(urls, s.ttl, s.retry))
-                .collect::<Result<Vec<_>, _>>()?;
-            row.contended
-                .push(in_task(&rt, scenarios::contended(many, run_for))?);
+        for (row, multi) in [
+            (&mut rows.redquorum, true),
+            (&mut rows.redquorum_current_thread, false),
+        ] {
+            both_scenarios(s, urls, multi, row, || {
+                Contender::redquorum(urls, s.ttl, s.retry)
+            })?;
         }
-        flush(urls)?;
-        let rt = runtime(true).map_err(io)?;
-        let one = Contender::rslock(urls, s.ttl, s.retry);
-        rs.uncontended.push(in_task(
-            &rt,
-            scenarios::uncontended(one, s.warm_up, s.pairs),
-        )?);
-        flush(urls)?;
-        let many = (0..s.workers)
-            .map(|_| Contender::rslock(urls, s.ttl, s.retry))
-            .collect();
-        rs.contended
-            .push(in_task(&rt, scenarios::contended(many, run_for))?);
+        both_scenarios(s, urls, true, &mut rows.rslock, || {
+            Ok(Contender::rslock(urls, s.ttl, s.retry))
+        })?;
     }
-    Ok(vec![rq, rq_ct, rs, bare_mt, bare_ct])
+    Ok(rows)
 }
 
 fn main() -> ExitCode {
@@ -184,7 +219,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (ratios, met) = report::ratios(&rows[0], &rows[1], &rows[2], &rows[3]);
+    let (ratios, met) = report::ratios(
+        &rows.redquorum,
+        &rows.redquorum_current_thread,
+        &rows.rslock,
+        &rows.bare,
+    );
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -197,7 +237,7 @@ fn main() -> ExitCode {
         s.ttl.as_millis(),
         s.retry.as_millis()
     );
-    let _ = writeln!(out, "{}", report::table(&rows));
+    let _ = writeln!(out, "{}", report::table(&rows.all()));
     let _ = write!(out, "{ratios}");
     let _ = writeln!(
         out,
@@ -208,7 +248,7 @@ fn main() -> ExitCode {
             "some goals SHORT"
         }
     );
-    if rows.iter().all(Row::sound) {
+    if rows.all().iter().all(|row| row.sound()) {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

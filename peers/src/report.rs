@@ -70,7 +70,7 @@ fn figure(value: Option<f64>, unit: &str) -> String {
 }
 
 /// The table, one line per contender and variant.
-pub(crate) fn table(rows: &[Row]) -> String {
+pub(crate) fn table(rows: &[&Row]) -> String {
     let mut out = String::from(
         "| client | variant | uncontended pairs/s | contended sections/s | acquire p50 | acquire p99 | per worker | mutual exclusion |\n\
          | --- | --- | ---: | ---: | ---: | ---: | --- | --- |\n",
