@@ -91,7 +91,7 @@ pub(crate) async fn acquire(
                 *q = Queued::from_kept(cluster, &kept, kept.may_be_on());
                 in_line_already = true;
             } else {
-                give_up_kept(cluster, &kept, kept.queued_on());
+                give_up_kept(cluster, &kept, kept.may_be_on());
             }
         }
         let mut attempts = 0u32;

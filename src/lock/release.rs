@@ -154,12 +154,13 @@ pub(crate) async fn release_key(
 
 /// Leaves a place the release kept on a quorum for the client's next acquire of the lock, which
 /// takes it up if it comes within [`LOOP_WINDOW`]; otherwise, and where too few masters kept
-/// it, it is given up. Where no answer said so, a place is not looked for: one that a slower
-/// master queued lapses, and a hand-over to it there is given back as nobody's.
+/// it, it is given up wherever it may be: also on masters whose answer to the release is not in
+/// yet, since the give-up follows the release on the same connection and so finds the place
+/// that a slower master queued (left there, it would hold the line until it lapsed).
 fn keep_for_next_acquire(cluster: &Arc<Cluster>, kept: Arc<KeptPlace>) {
     let runtime = tokio::runtime::Handle::try_current();
     let (Ok(runtime), true) = (runtime, kept.queued_count() >= cluster.quorum()) else {
-        give_up_kept(cluster, &kept, kept.queued_on());
+        give_up_kept(cluster, &kept, kept.may_be_on());
         return;
     };
     let Kept {
@@ -167,7 +168,7 @@ fn keep_for_next_acquire(cluster: &Arc<Cluster>, kept: Arc<KeptPlace>) {
         start_sweeping,
     } = cluster.waiters.kept_places.keep(kept);
     if let Some(replaced) = replaced {
-        give_up_kept(cluster, &replaced, replaced.queued_on());
+        give_up_kept(cluster, &replaced, replaced.may_be_on());
     }
     if start_sweeping {
         runtime.spawn(give_up_stale_places(cluster.clone()));
@@ -190,7 +191,7 @@ async fn give_up_stale_places(cluster: Arc<Cluster>) {
         let (stale, going_on) = cluster.waiters.kept_places.take_stale();
         for kept in stale {
             debug!("the place kept for a next hold was not taken up; giving it up");
-            give_up_kept(&cluster, &kept, kept.queued_on());
+            give_up_kept(&cluster, &kept, kept.may_be_on());
         }
         if !going_on {
             return;

@@ -59,14 +59,6 @@ impl KeptPlace {
             .count()
     }
 
-    /// Per master: whether it said it queued the place.
-    pub(crate) fn queued_on(&self) -> Vec<bool> {
-        self.on
-            .iter()
-            .map(|on| on.load(Ordering::Relaxed) == QUEUED)
-            .collect()
-    }
-
     /// Per master: whether the place may be there (queued, or no answer yet).
     pub(crate) fn may_be_on(&self) -> Vec<bool> {
         self.on
@@ -202,7 +194,6 @@ mod tests {
         k.answered(0, true);
         k.answered(1, false);
         assert_eq!(k.queued_count(), 1);
-        assert_eq!(k.queued_on(), vec![true, false, false]);
         assert_eq!(k.may_be_on(), vec![true, false, true]);
     }
 
