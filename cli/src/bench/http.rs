@@ -31,7 +31,7 @@ pub(super) async fn http(
     let server = {
         let stop = stop.clone();
         tokio::spawn(async move {
-            axum::serve(listener, router)
+            axum::serve(crate::server::without_delay(listener), router)
                 .with_graceful_shutdown(async move { stop.cancelled().await })
                 .await
         })
@@ -40,7 +40,9 @@ pub(super) async fn http(
     stream.set_nodelay(true)?;
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
-    let connection = tokio::spawn(conn);
+    // The connection is driven by the task that sends on it, as one task of a client would:
+    // spawned, it would add two wake-ups between tasks to every request.
+    let mut conn = std::pin::pin!(conn);
     let mut post = async |path: String,
                           body: String|
            -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
@@ -48,10 +50,20 @@ pub(super) async fn http(
             .header("host", addr.to_string())
             .header("content-type", "application/json")
             .body(Full::new(Bytes::from(body)))?;
-        sender.ready().await?;
-        let response = sender.send_request(req).await?;
-        let status = response.status();
-        let bytes = response.into_body().collect().await?.to_bytes();
+        let exchange = async {
+            sender.ready().await?;
+            let response = sender.send_request(req).await?;
+            let status = response.status();
+            let bytes = response.into_body().collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((status, bytes))
+        };
+        let (status, bytes) = tokio::select! {
+            exchange = exchange => exchange?,
+            closed = conn.as_mut() => {
+                closed?;
+                return Err("the server closed the connection".into());
+            }
+        };
         if !status.is_success() {
             return Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)).into());
         }
@@ -85,7 +97,7 @@ pub(super) async fn http(
     }
     let took = started.elapsed();
     drop(sender);
-    let _ = connection.await;
+    let _ = conn.await;
     stop.cancel();
     let _ = server.await;
     Ok(Http {

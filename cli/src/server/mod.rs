@@ -19,8 +19,9 @@ use std::future::Future;
 
 use axum::Router;
 use axum::routing::{get, post};
+use axum::serve::{ListenerExt, TapIo};
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 pub use auth::BearerToken;
@@ -109,6 +110,18 @@ pub fn metrics_router<S: Clone + Send + Sync + 'static>(handle: PrometheusHandle
     )
 }
 
+/// `listener` with `TCP_NODELAY` on every accepted connection. An answer is a small write that
+/// a client waits for, and a session's stream writes each event as it comes; Nagle's algorithm
+/// would hold either back while an earlier segment is unacknowledged, up to the client's
+/// delayed-acknowledgement timer.
+pub(crate) fn without_delay(listener: TcpListener) -> TapIo<TcpListener, fn(&mut TcpStream)> {
+    listener.tap_io(|stream| {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("could not set TCP_NODELAY on a connection: {e}");
+        }
+    })
+}
+
 /// Serves `router` (and `metrics`, on its own listener, if given) until `shutdown` resolves;
 /// then stops accepting, cancels `sessions` (which release their locks and end their
 /// streams), and waits for requests in flight.
@@ -134,12 +147,12 @@ pub async fn serve(
     let metrics_task = metrics.map(|(listener, router)| {
         let stop = stop.clone();
         tokio::spawn(async move {
-            axum::serve(listener, router)
+            axum::serve(without_delay(listener), router)
                 .with_graceful_shutdown(async move { stop.cancelled().await })
                 .await
         })
     });
-    let result = axum::serve(listener, router)
+    let result = axum::serve(without_delay(listener), router)
         .with_graceful_shutdown(async move { stop.cancelled().await })
         .await;
     if let Some(task) = metrics_task {
@@ -150,4 +163,26 @@ pub async fn serve(
         }
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::serve::Listener;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off() -> std::io::Result<()> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let mut listener = without_delay(listener);
+        let client = tokio::net::TcpStream::connect(addr).await?;
+        let (accepted, _) = listener.accept().await;
+        assert!(
+            accepted.nodelay()?,
+            "TCP_NODELAY is off on an accepted connection"
+        );
+        // The default, for contrast: the option is set by the listener, not by the kernel.
+        assert!(!client.nodelay()?);
+        Ok(())
+    }
 }
