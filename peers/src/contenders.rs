@@ -1,11 +1,15 @@
 //! The clients compared, behind one acquire and release: redquorum through its public API,
-//! rslock, and a bare redis-rs fan-out with no lock logic (the bound a client can reach).
+//! rslock, a bare redis-rs fan-out with no lock logic (the bound a redis-rs client can reach),
+//! and the same fan-out on bare sockets (the bound of the machine, with no client library).
 
 use std::time::Duration;
 
 use futures::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redquorum::{Client, LockOptions};
+use tokio::sync::Mutex;
+
+use crate::wire::Wire;
 
 /// The bare fan-out's release: compare-and-delete, as every Redlock client's.
 const UNLOCK: &str = "if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
@@ -18,6 +22,8 @@ pub(crate) enum Contender {
     /// every master, as rslock does. It does not wait for a held lock, so it only runs
     /// uncontended.
     Bare(Vec<MultiplexedConnection>, Duration, redis::Script),
+    /// The bare fan-out on [`Wire`]s, with the compare-and-delete script's hash.
+    Wire(Vec<Mutex<Wire>>, Duration, String),
 }
 
 /// A lock taken by a [`Contender`].
@@ -25,6 +31,7 @@ pub(crate) enum Held {
     Redquorum(redquorum::Lock),
     Rslock(rslock::LockGuard),
     Bare(String, String),
+    Wire(String, String),
 }
 
 impl Contender {
@@ -75,7 +82,23 @@ impl Contender {
         ))
     }
 
-    /// Takes `name`, waiting while it is held (the bare fan-out does not wait).
+    /// The bare fan-out on a socket per master, the compare-and-delete script loaded on each.
+    pub(crate) async fn wire(urls: &[String], ttl: Duration) -> Result<Self, String> {
+        let mut wires = Vec::with_capacity(urls.len());
+        let mut sha = Vec::new();
+        for url in urls {
+            let mut wire = Wire::connect(url).await?;
+            sha = wire
+                .call(&[b"SCRIPT", b"LOAD", UNLOCK.as_bytes()])
+                .await
+                .map_err(|e| format!("{url}: {e}"))?;
+            wires.push(Mutex::new(wire));
+        }
+        let sha = String::from_utf8(sha).map_err(|e| e.to_string())?;
+        Ok(Contender::Wire(wires, ttl, sha))
+    }
+
+    /// Takes `name`, waiting while it is held (the bare fan-outs do not wait).
     pub(crate) async fn acquire(&self, name: &str) -> Result<Held, String> {
         match self {
             Contender::Redquorum(client, opts) => client
@@ -114,6 +137,31 @@ impl Contender {
                     Err(format!("{name} was not granted on a quorum"))
                 }
             }
+            Contender::Wire(wires, ttl, _) => {
+                let value = format!("{:032x}", rand::random::<u128>());
+                let ttl_ms = ttl.as_millis().to_string();
+                let granted = join_all(wires.iter().map(|wire| {
+                    let args: [&[u8]; 6] = [
+                        b"SET",
+                        name.as_bytes(),
+                        value.as_bytes(),
+                        b"NX",
+                        b"PX",
+                        ttl_ms.as_bytes(),
+                    ];
+                    async move {
+                        let reply = wire.lock().await.call(&args).await;
+                        matches!(reply.as_deref(), Ok(b"OK"))
+                    }
+                }))
+                .await;
+                let quorum = wires.len() / 2 + 1;
+                if granted.iter().filter(|g| **g).count() >= quorum {
+                    Ok(Held::Wire(name.to_owned(), value))
+                } else {
+                    Err(format!("{name} was not granted on a quorum"))
+                }
+            }
         }
     }
 
@@ -137,7 +185,25 @@ impl Contender {
                 .await;
                 Ok(())
             }
-            (_, Held::Bare(name, _)) => Err(format!("{name} was not taken by a bare fan-out")),
+            (Contender::Wire(wires, _, sha), Held::Wire(name, value)) => {
+                join_all(wires.iter().map(|wire| {
+                    let args: [&[u8]; 5] = [
+                        b"EVALSHA",
+                        sha.as_bytes(),
+                        b"1",
+                        name.as_bytes(),
+                        value.as_bytes(),
+                    ];
+                    async move {
+                        let _ = wire.lock().await.call(&args).await;
+                    }
+                }))
+                .await;
+                Ok(())
+            }
+            (_, Held::Bare(name, _) | Held::Wire(name, _)) => {
+                Err(format!("{name} was not taken by this bare fan-out"))
+            }
         }
     }
 }

@@ -1,14 +1,15 @@
 //! `redquorum-peers`: redquorum side by side with rslock (the fastest Rust Redlock client we
 //! know of) and a bare redis-rs fan-out, in one run on the same five local masters.
 //!
-//! Each repeat runs, one after the other: the bare fan-out's uncontended pairs (multi-thread
-//! and current-thread runtime), redquorum's two scenarios (default runtime, then
+//! Each repeat runs, one after the other: the bare fan-outs' uncontended pairs (on redis-rs,
+//! multi-thread and current-thread runtime; on bare sockets, multi-thread), redquorum's two scenarios (default runtime, then
 //! current-thread), and rslock's, each in a task of a fresh runtime. Figures are medians over
 //! the repeats; compare them only within one run.
 
 mod contenders;
 mod report;
 mod scenarios;
+mod wire;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -114,17 +115,19 @@ struct Rows {
     rslock: Row,
     bare: Row,
     bare_current_thread: Row,
+    wire: Row,
 }
 
 impl Rows {
     /// In the order of the table.
-    fn all(&self) -> [&Row; 5] {
+    fn all(&self) -> [&Row; 6] {
         [
             &self.redquorum,
             &self.redquorum_current_thread,
             &self.rslock,
             &self.bare,
             &self.bare_current_thread,
+            &self.wire,
         ]
     }
 }
@@ -162,18 +165,24 @@ fn run(s: &Settings, urls: &[String]) -> Result<Rows, String> {
         rslock: Row::new("rslock 0.10", "default"),
         bare: Row::new("bare redis-rs fan-out", "multi-thread"),
         bare_current_thread: Row::new("bare redis-rs fan-out", "current-thread"),
+        wire: Row::new("bare sockets fan-out, no client library", "multi-thread"),
     };
     for repeat in 1..=s.repeat {
         eprintln!("repeat {repeat} of {}", s.repeat);
-        for (row, multi) in [
-            (&mut rows.bare, true),
-            (&mut rows.bare_current_thread, false),
+        for (row, multi, sockets) in [
+            (&mut rows.bare, true, false),
+            (&mut rows.bare_current_thread, false, false),
+            (&mut rows.wire, true, true),
         ] {
             flush(urls)?;
             let (urls, ttl, warm_up, pairs) = (urls.to_vec(), s.ttl, s.warm_up, s.pairs);
             let rt = runtime(multi).map_err(|e| e.to_string())?;
             let figure = in_task(&rt, async move {
-                let bare = Contender::bare(&urls, ttl).await?;
+                let bare = if sockets {
+                    Contender::wire(&urls, ttl).await?
+                } else {
+                    Contender::bare(&urls, ttl).await?
+                };
                 Ok::<_, String>(scenarios::uncontended(bare, warm_up, pairs).await)
             })??;
             row.uncontended.push(figure);
@@ -224,6 +233,7 @@ fn main() -> ExitCode {
         &rows.redquorum_current_thread,
         &rows.rslock,
         &rows.bare,
+        &rows.wire,
     );
     let mut out = std::io::stdout().lock();
     let _ = writeln!(

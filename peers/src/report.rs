@@ -138,12 +138,13 @@ fn ratio(
 }
 
 /// The ratios of redquorum's defaults to rslock and to the bare fan-out, and whether all met
-/// their goals.
+/// their goals; then, for the record, what the bare fan-out gains on bare sockets (`wire`).
 pub(crate) fn ratios(
     redquorum: &Row,
     current_thread: &Row,
     rslock: &Row,
     bare: &Row,
+    wire: &Row,
 ) -> (String, bool) {
     let mut out = String::new();
     let mut met = ratio(
@@ -187,6 +188,18 @@ pub(crate) fn ratios(
             out,
             "contended, default runtime / current-thread runtime: {:.2}",
             default / single
+        );
+    }
+    if let (Some(sockets), Some(library), Some(ours)) = (
+        wire.pairs_per_second(),
+        bare.pairs_per_second(),
+        redquorum.pairs_per_second(),
+    ) {
+        let _ = writeln!(
+            out,
+            "uncontended, the bare fan-out on bare sockets / on redis-rs: {:.2}; redquorum / the bare fan-out on bare sockets: {:.2}",
+            sockets / library,
+            ours / sockets
         );
     }
     (out, met)

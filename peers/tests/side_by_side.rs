@@ -31,6 +31,7 @@ fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
         "| rslock 0.10 | default |",
         "| bare redis-rs fan-out | multi-thread |",
         "| bare redis-rs fan-out | current-thread |",
+        "| bare sockets fan-out, no client library | multi-thread |",
     ] {
         assert!(stdout.contains(row), "no row {row:?} in\n{stdout}");
     }
@@ -38,7 +39,14 @@ fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
     // nobody was stuck.
     assert_eq!(stdout.matches("| held").count(), 3, "{stdout}");
     assert!(!stdout.contains("BROKEN"), "{stdout}");
-    for ratio in ["vs rslock", "vs bare redis-rs", "current-thread runtime:"] {
+    // Every acquire and release of every client succeeded (a row says how many did not).
+    assert!(!stdout.contains(" errors |"), "{stdout}");
+    for ratio in [
+        "vs rslock",
+        "vs bare redis-rs",
+        "current-thread runtime:",
+        "on bare sockets / on redis-rs:",
+    ] {
         assert!(stdout.contains(ratio), "no {ratio:?} line in\n{stdout}");
     }
 }
