@@ -76,36 +76,98 @@ async fn looping_holder(nodes: &LocalNodes, a: &Client, next_hold: Duration) -> 
     second
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_looping_holder_waits_in_the_place_its_release_kept() {
+/// What a master shows of [`NAME`]: who holds it, and the line behind.
+async fn master_view(conn: &redis::aio::MultiplexedConnection) -> (Option<String>, Vec<String>) {
+    let mut c = conn.clone();
+    let holder: Option<String> = redis::cmd("GET")
+        .arg(format!("redquorum:lock:{NAME}"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    (holder, queued(conn).await)
+}
+
+/// The one place in line behind a holder other than `released` on a quorum of masters, once
+/// there is one (within a second).
+async fn line_on_a_quorum(
+    conns: &[redis::aio::MultiplexedConnection],
+    released: &str,
+) -> Option<String> {
+    let quorum = conns.len() / 2 + 1;
+    let end = std::time::Instant::now() + Duration::from_secs(1);
+    while std::time::Instant::now() < end {
+        let mut places = Vec::new();
+        for conn in conns {
+            if let (Some(holder), line) = master_view(conn).await {
+                if holder != released && line.len() == 1 {
+                    places.push(line[0].clone());
+                }
+            }
+        }
+        if let Some(place) = places
+            .iter()
+            .find(|p| places.iter().filter(|q| q == p).count() >= quorum)
+        {
+            return Some(place.clone());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// One try of the test below: whether the lock was handed over to the place the release kept.
+/// Everything else is asserted.
+async fn looping_holder_takes_up_its_kept_place() -> bool {
     let nodes = common::nodes(5);
     let a = common::client(&nodes);
-    let conn = common::raw(&nodes, 0).await;
+    let mut conns = Vec::new();
+    for i in 0..nodes.len() {
+        conns.push(common::raw(&nodes, i).await);
+    }
     let held = looping_holder(&nodes, &a, Duration::from_millis(200)).await;
-    let before = held.fence();
+    let (before, released) = (held.fence(), held.token().to_owned());
     held.release().await.unwrap();
-    // Asked again at once, as a loop does: the place the release kept is taken up.
-    let again = tokio::spawn({
-        let a = a.clone();
-        async move { a.acquire(NAME, &waiting(10_000)).await }
-    });
-    // The other caller holds the lock now; behind it, only the place kept for `a`.
-    let line = queued(&conn).await;
-    assert_eq!(line.len(), 1, "the line behind the holder: {line:?}");
-    let lock = tokio::time::timeout(Duration::from_secs(3), again)
-        .await
+    // Asked again at once, as a loop does (in this task: a spawned one may start late on a
+    // busy machine): the place the release kept is taken up.
+    let opts = waiting(10_000);
+    let again = tokio::time::timeout(Duration::from_secs(3), a.acquire(NAME, &opts));
+    // The other caller holds the lock now; behind it, on a quorum of masters (the release
+    // returned at a quorum: the others may not have run it yet), only the place kept for `a`.
+    let (lock, kept) = tokio::join!(again, line_on_a_quorum(&conns, &released));
+    let lock = lock
         .expect("handed the lock when the other caller released it")
-        .unwrap()
         .unwrap();
-    // Handed over on the terms of the kept place, not on those of an attempt of its own.
-    assert!(
-        lock.token().starts_with(&format!("{}/", line[0])),
-        "{} was not handed over to the kept place {}",
-        lock.token(),
-        line[0]
-    );
     assert!(lock.fence() > before + 1, "{} after {before}", lock.fence());
-    released_leaving_no_place(lock, &conn).await;
+    // Handed over on the terms of the kept place, not on those of an attempt of its own.
+    let handed_to_kept = kept
+        .as_ref()
+        .is_some_and(|kept| lock.token().starts_with(&format!("{kept}/")));
+    if !handed_to_kept {
+        let mut all = Vec::new();
+        for conn in &conns {
+            all.push(master_view(conn).await);
+        }
+        eprintln!(
+            "not handed over to a kept place: the place on a quorum was {kept:?}, the lock is {}; the masters now: {all:?}",
+            lock.token()
+        );
+    }
+    released_leaving_no_place(lock, &conns[0]).await;
+    handed_to_kept
+}
+
+/// A looping holder's release keeps its place, and its next acquire waits there. The kept place
+/// is an optimisation that a busy machine can defeat (a master that answers the release late
+/// leaves the place kept on too few, and it is given up; the acquire then queues on its own):
+/// each try holds every other check, and one of three must be handed the lock in the place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_looping_holder_waits_in_the_place_its_release_kept() {
+    for _ in 0..3 {
+        if looping_holder_takes_up_its_kept_place().await {
+            return;
+        }
+    }
+    panic!("in three tries, no looping holder was handed the lock in the place its release kept");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

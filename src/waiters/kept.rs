@@ -77,7 +77,11 @@ pub(crate) struct KeptPlaces {
 
 #[derive(Debug, Default)]
 struct Places {
-    by_lock: HashMap<String, Arc<KeptPlace>>,
+    /// Each place, with when it was kept: its release had returned then, and the client's
+    /// next acquire has [`LOOP_WINDOW`] from there to take it up. Counted from the release's
+    /// sending instead, a slow release (a loaded machine, a slow master) would leave the
+    /// client less, or no time at all.
+    by_lock: HashMap<String, (Arc<KeptPlace>, Instant)>,
     /// Whether a task is giving up the places not taken up in time (one per client, running
     /// while there are places kept, rather than a timer per place).
     swept: bool,
@@ -101,7 +105,10 @@ impl KeptPlaces {
     /// Keeps `kept` for the next acquire of its lock.
     pub(crate) fn keep(&self, kept: Arc<KeptPlace>) -> Kept {
         let mut places = self.places();
-        let replaced = places.by_lock.insert(kept.keys.lock.clone(), kept);
+        let replaced = places
+            .by_lock
+            .insert(kept.keys.lock.clone(), (kept, Instant::now()))
+            .map(|(replaced, _)| replaced);
         let start_sweeping = !places.swept;
         places.swept = true;
         Kept {
@@ -112,7 +119,7 @@ impl KeptPlaces {
 
     /// The place kept for `lock_key`, taken up.
     pub(crate) fn take(&self, lock_key: &str) -> Option<Arc<KeptPlace>> {
-        self.places().by_lock.remove(lock_key)
+        self.places().by_lock.remove(lock_key).map(|(kept, _)| kept)
     }
 
     /// The places kept for longer than [`LOOP_WINDOW`], taken out to be given up, and whether
@@ -123,12 +130,13 @@ impl KeptPlaces {
         let stale: Vec<String> = places
             .by_lock
             .iter()
-            .filter(|(_, kept)| kept.sent.elapsed() >= LOOP_WINDOW)
+            .filter(|(_, (_, kept_at))| kept_at.elapsed() >= LOOP_WINDOW)
             .map(|(lock, _)| lock.clone())
             .collect();
         let taken = stale
             .iter()
             .filter_map(|lock| places.by_lock.remove(lock))
+            .map(|(kept, _)| kept)
             .collect();
         places.swept = !places.by_lock.is_empty();
         (taken, places.swept)
@@ -217,6 +225,18 @@ mod tests {
         let (stale, going_on) = places.take_stale();
         assert_eq!(stale.len(), 1);
         assert!(!going_on);
+    }
+
+    #[test]
+    fn a_slow_release_leaves_the_whole_window_to_take_its_place_up() {
+        let places = KeptPlaces::default();
+        // The release was sent a window ago, and its answers only came now.
+        let k = kept();
+        std::thread::sleep(LOOP_WINDOW);
+        places.keep(k);
+        let (stale, going_on) = places.take_stale();
+        assert!(stale.is_empty(), "given up as soon as it was kept");
+        assert!(going_on);
     }
 
     #[test]
