@@ -41,8 +41,9 @@ pub(super) async fn http(
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
     // The connection is driven by the task that sends on it, as one task of a client would:
-    // spawned, it would add two wake-ups between tasks to every request.
-    let mut conn = std::pin::pin!(conn);
+    // spawned, it would add two wake-ups between tasks to every request. Fused: once the
+    // server has closed it, later requests fail on the sender rather than poll it again.
+    let mut conn = std::pin::pin!(futures::FutureExt::fuse(conn));
     let mut post = async |path: String,
                           body: String|
            -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
