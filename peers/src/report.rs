@@ -53,6 +53,14 @@ impl Row {
         )
     }
 
+    /// The contended repeat with the median rate: its workers' shares are the ones to read
+    /// (the lowest and highest over repeats of different rates would mix them).
+    fn median_contended(&self) -> Option<&Contended> {
+        let mut by_rate: Vec<&Contended> = self.contended.iter().collect();
+        by_rate.sort_by(|a, b| a.sections_per_second.total_cmp(&b.sections_per_second));
+        by_rate.get(by_rate.len() / 2).copied()
+    }
+
     fn contended_median(&self, field: fn(&Contended) -> f64) -> Option<f64> {
         median(self.contended.iter().map(field).collect())
     }
@@ -72,17 +80,14 @@ fn figure(value: Option<f64>, unit: &str) -> String {
 /// The table, one line per contender and variant.
 pub(crate) fn table(rows: &[&Row]) -> String {
     let mut out = String::from(
-        "| client | variant | uncontended pairs/s | contended sections/s | acquire p50 | acquire p99 | per worker | mutual exclusion |\n\
+        "| client | variant | uncontended pairs/s | contended sections/s | acquire p50 | acquire p99 | per worker (median repeat) | mutual exclusion |\n\
          | --- | --- | ---: | ---: | ---: | ---: | --- | --- |\n",
     );
     for row in rows {
-        let per_worker = match (
-            row.contended.iter().map(|c| c.per_worker.0).min(),
-            row.contended.iter().map(|c| c.per_worker.1).max(),
-        ) {
-            (Some(low), Some(high)) => format!("{low}..{high}"),
-            _ => "-".to_owned(),
-        };
+        let per_worker = row.median_contended().map_or_else(
+            || "-".to_owned(),
+            |c| format!("{}..{}", c.per_worker.0, c.per_worker.1),
+        );
         let exclusion = if row.contended.is_empty() {
             "-"
         } else if row.sound() {
@@ -203,4 +208,33 @@ pub(crate) fn ratios(
         );
     }
     (out, met)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contended(rate: f64, per_worker: (u64, u64)) -> Contended {
+        Contended {
+            sections_per_second: rate,
+            acquire_p50_us: 0.0,
+            acquire_p99_us: 0.0,
+            per_worker,
+            mutual_exclusion: true,
+            stuck_workers: 0,
+            errors: 0,
+        }
+    }
+
+    #[test]
+    fn the_shares_shown_are_those_of_the_median_repeat() {
+        let mut row = Row::new("c", "v");
+        row.contended = vec![
+            contended(3000.0, (3000, 3100)),
+            contended(1000.0, (900, 1100)),
+            contended(2000.0, (1900, 2050)),
+        ];
+        let table = table(&[&row]);
+        assert!(table.contains("| 1900..2050 |"), "{table}");
+    }
 }
