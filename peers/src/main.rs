@@ -2,9 +2,9 @@
 //! know of) and a bare redis-rs fan-out, in one run on the same five local masters.
 //!
 //! Each repeat runs, one after the other: the bare fan-outs' uncontended pairs (on redis-rs,
-//! multi-thread and current-thread runtime; on bare sockets, multi-thread), redquorum's two scenarios (default runtime, then
-//! current-thread), and rslock's, each in a task of a fresh runtime. Figures are medians over
-//! the repeats; compare them only within one run.
+//! multi-thread and current-thread runtime; on bare sockets, multi-thread), redquorum's two
+//! scenarios (default runtime, then current-thread), and rslock's, each in a task of a fresh
+//! runtime. Figures are medians over the repeats; compare them only within one run.
 
 mod contenders;
 mod report;
