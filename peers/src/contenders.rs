@@ -30,8 +30,23 @@ pub(crate) enum Contender {
 pub(crate) enum Held {
     Redquorum(redquorum::Lock),
     Rslock(rslock::LockGuard),
+    /// Taken by either bare fan-out: the name, and the value set on the masters.
     Bare(String, String),
-    Wire(String, String),
+}
+
+/// A bare fan-out's value for a lock: random, so that a release deletes only its own.
+fn bare_value() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// A bare fan-out's lock, held when a quorum of `granted` (one answer per master) said yes.
+fn held_on_a_quorum(name: &str, value: String, granted: &[bool]) -> Result<Held, String> {
+    let quorum = granted.len() / 2 + 1;
+    if granted.iter().filter(|g| **g).count() >= quorum {
+        Ok(Held::Bare(name.to_owned(), value))
+    } else {
+        Err(format!("{name} was not granted on a quorum"))
+    }
 }
 
 impl Contender {
@@ -112,7 +127,7 @@ impl Contender {
                 .map(Held::Rslock)
                 .map_err(|e| e.to_string()),
             Contender::Bare(connections, ttl, _) => {
-                let value = format!("{:032x}", rand::random::<u128>());
+                let value = bare_value();
                 let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
                 let granted = join_all(connections.iter().map(|c| {
                     let mut c = c.clone();
@@ -130,15 +145,10 @@ impl Contender {
                     }
                 }))
                 .await;
-                let quorum = connections.len() / 2 + 1;
-                if granted.iter().filter(|g| **g).count() >= quorum {
-                    Ok(Held::Bare(name.to_owned(), value))
-                } else {
-                    Err(format!("{name} was not granted on a quorum"))
-                }
+                held_on_a_quorum(name, value, &granted)
             }
             Contender::Wire(wires, ttl, _) => {
-                let value = format!("{:032x}", rand::random::<u128>());
+                let value = bare_value();
                 let ttl_ms = ttl.as_millis().to_string();
                 let granted = join_all(wires.iter().map(|wire| {
                     let args: [&[u8]; 6] = [
@@ -155,12 +165,7 @@ impl Contender {
                     }
                 }))
                 .await;
-                let quorum = wires.len() / 2 + 1;
-                if granted.iter().filter(|g| **g).count() >= quorum {
-                    Ok(Held::Wire(name.to_owned(), value))
-                } else {
-                    Err(format!("{name} was not granted on a quorum"))
-                }
+                held_on_a_quorum(name, value, &granted)
             }
         }
     }
@@ -185,7 +190,7 @@ impl Contender {
                 .await;
                 Ok(())
             }
-            (Contender::Wire(wires, _, sha), Held::Wire(name, value)) => {
+            (Contender::Wire(wires, _, sha), Held::Bare(name, value)) => {
                 join_all(wires.iter().map(|wire| {
                     let args: [&[u8]; 5] = [
                         b"EVALSHA",
@@ -201,9 +206,7 @@ impl Contender {
                 .await;
                 Ok(())
             }
-            (_, Held::Bare(name, _) | Held::Wire(name, _)) => {
-                Err(format!("{name} was not taken by this bare fan-out"))
-            }
+            (_, Held::Bare(name, _)) => Err(format!("{name} was not taken by a bare fan-out")),
         }
     }
 }
