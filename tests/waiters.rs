@@ -411,7 +411,11 @@ async fn a_lock_handed_to_a_waiter_that_left_goes_to_the_next() {
     let nodes = common::nodes(3);
     let holder = common::client(&nodes);
     let lock = hold(&holder, "left", 30_000).await;
-    let first = waiter(common::client(&nodes), "left", NEVER);
+    // The first waiter's client outlives the waiter: a lock handed to a waiter that left is
+    // given back by its client (a client dropped with it, like a crashed one, leaves it to
+    // its TTL).
+    let first_client = common::client(&nodes);
+    let first = waiter(first_client.clone(), "left", NEVER);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let second = waiter(common::client(&nodes), "left", NEVER);
     tokio::time::sleep(Duration::from_millis(100)).await;
