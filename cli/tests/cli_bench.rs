@@ -64,6 +64,16 @@ async fn bench_reports_every_figure_and_no_violation() {
         assert!(figure["value"].as_f64().unwrap() > 0.0, "{figure}");
         assert!(figure["ratio_to_floor"].as_f64().unwrap() > 0.0, "{figure}");
     }
+    // What the HTTP service adds to the library, measured in the same run: a difference of
+    // medians (either sign, on a busy machine) in round trips, and a ratio of rates.
+    let above = find("HTTP serve N=5: acquire p50 above the library's");
+    assert!(above["value"].as_f64().unwrap().is_finite(), "{above}");
+    assert!(
+        above["ratio_to_floor"].as_f64().unwrap().is_finite(),
+        "{above}"
+    );
+    let over = find("HTTP serve N=5: pairs/s over the library's");
+    assert!(over["value"].as_f64().unwrap() > 0.0, "{over}");
     assert_eq!(
         find("mutual-exclusion violations")["value"].as_f64(),
         Some(0.0)
