@@ -191,7 +191,7 @@ pub async fn run(
         report.plain(
             format!("HTTP serve N={}: pairs/s over the library's", urls.len()),
             http.pairs_per_second / library.pairs_per_second,
-            "ratio",
+            "share",
         );
     }
 

@@ -43,7 +43,6 @@ fn table(figures: &[Figure]) -> String {
         let value = match f.unit {
             "µs" => format!("{:.1} µs", f.value),
             "share" => format!("{:.2}", f.value),
-            "ratio" => format!("{:.2}×", f.value),
             "count" => format!("{}", f.value),
             unit => format!("{:.0} {unit}", f.value),
         };
