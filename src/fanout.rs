@@ -1,22 +1,21 @@
 //! Sends one operation to every node at once and collects answers until the vote is decided.
 //!
 //! The per-node futures are polled together on the caller's task: no task is spawned per call.
-//! When the vote is decided early, the stragglers are handed to one background task that
-//! drives them to their answer or to the deadline, whichever comes first. Dropping them instead
-//! would lose any command not yet queued on its connection (a node still connecting, or a full
-//! send queue), and a key on more nodes than the quorum is what lets a lock survive a node
-//! that restarts empty.
+//! When the vote is decided early, the stragglers are detached (see `node::detach`): their
+//! commands are sent already, and what each does with its answer is done when the answer is
+//! read, by whichever task reads that connection. A key on more nodes than the quorum is what
+//! lets a lock survive a node that restarts empty, and a straggler's answer still counts for
+//! what the client knows of its node (health, the scripts it has, request durations).
 
 use std::future::Future;
-use std::task::{Context, Poll};
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Instant;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 
 use crate::error::{NodeFailure, NodeFailureKind, Operation};
-use crate::node::Node;
+use crate::node::{Node, detach};
 use crate::quorum::{Decision, Tally};
 
 /// One node's answer; `None` in a [`fan_out`] result means the vote was decided before it came.
@@ -39,88 +38,78 @@ where
     T: Send + 'static,
 {
     let mut answers: Vec<Option<Answer<T>>> = nodes.iter().map(|_| None).collect();
-    let mut pending: FuturesUnordered<_> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, _)| {
-            let fut = call(i);
-            async move { (i, fut.await) }
-        })
+    // Every node's call, polled in turn on each wake-up of the caller's task: with a handful
+    // of nodes that costs less than keeping a ready queue (`FuturesUnordered`, which also
+    // wakes its task again after polling every future once, a second trip through the
+    // runtime's queue on each fan-out).
+    let mut pending: Vec<Option<(usize, Pin<Box<Fut>>)>> = (0..nodes.len())
+        .map(|i| Some((i, Box::pin(call(i)))))
         .collect();
     let timer = tokio::time::sleep_until(deadline.into());
     tokio::pin!(timer);
-    loop {
-        tokio::select! {
-            // Answers that are ready count before the deadline does.
-            biased;
-            next = pending.next() => {
-                let Some((i, answer)) = next else { break };
+    let decided = std::future::poll_fn(|cx| {
+        for slot in pending.iter_mut() {
+            let Some((i, fut)) = slot else { continue };
+            if let Poll::Ready(answer) = fut.as_mut().poll(cx) {
+                let i = *i;
+                *slot = None;
                 let decision = decide(i, &answer);
                 answers[i] = Some(answer);
                 if decision != Decision::Pending {
-                    let _ = finish_in_background(pending, deadline);
-                    break;
+                    return Poll::Ready(true);
                 }
             }
-            () = &mut timer => {
-                for (i, slot) in answers.iter_mut().enumerate() {
-                    if slot.is_none() {
-                        nodes[i].record_timeout(op);
-                        let answer = Err(NodeFailureKind::Timeout);
-                        decide(i, &answer);
-                        *slot = Some(answer);
-                    }
-                }
-                break;
+        }
+        // Answers that are ready count before the deadline does.
+        if pending.iter().all(Option::is_none) {
+            return Poll::Ready(true);
+        }
+        timer.as_mut().poll(cx).map(|()| false)
+    })
+    .await;
+    if decided {
+        for (_, straggler) in pending.into_iter().flatten() {
+            drop(detach(straggler));
+        }
+    } else {
+        for (i, slot) in answers.iter_mut().enumerate() {
+            if slot.is_none() {
+                nodes[i].record_timeout(op);
+                let answer = Err(NodeFailureKind::Timeout);
+                decide(i, &answer);
+                *slot = Some(answer);
             }
         }
     }
     answers
 }
 
-/// Sends `call` to every node and returns without waiting for the answers, which are awaited
-/// in the background until `deadline` (see [`finish_in_background`]: each command is sent
-/// before this returns, when its connection is up). The handle, when there is one, finishes
-/// when every answer is in or the deadline has passed.
-pub(crate) fn send_and_detach<F, Fut>(
-    nodes: usize,
-    deadline: Instant,
-    call: F,
-) -> Option<JoinHandle<()>>
+/// Sends `call` to every node and returns without waiting for the answers, which are
+/// awaited in the background (see [`detach`]): each command is sent before this returns.
+pub(crate) fn send_and_detach<F, Fut>(nodes: usize, deadline: Instant, call: F) -> Sent
 where
     F: Fn(usize) -> Fut,
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
-    finish_in_background((0..nodes).map(call).collect(), deadline)
+    Sent {
+        answered: detach(futures::future::join_all((0..nodes).map(call))),
+        deadline,
+    }
 }
 
-/// Drives the stragglers of a decided vote to their answers, for at most until `deadline`.
-///
-/// Each straggler is polled once here, before this returns. `FuturesUnordered` hands back the
-/// first answer it gets without polling the rest, so a vote decided by fast failures (a dead
-/// node refuses at once) may leave futures that have not sent their command yet; sending it
-/// later, from the background task, would put it behind whatever the caller sends next (the
-/// cleanup release of a failed attempt), and a grant would land after its own release.
-fn finish_in_background<S>(
-    mut stragglers: FuturesUnordered<S>,
+/// Commands sent to the nodes whose answers are awaited in the background.
+#[derive(Debug)]
+pub(crate) struct Sent {
+    answered: oneshot::Receiver<()>,
     deadline: Instant,
-) -> Option<JoinHandle<()>>
-where
-    S: Future + Send + 'static,
-    S::Output: Send,
-{
-    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
-    while let Poll::Ready(Some(_)) = stragglers.poll_next_unpin(&mut cx) {}
-    if stragglers.is_empty() {
-        return None;
+}
+
+impl Sent {
+    /// Waits until every answer is in, or until the deadline.
+    pub(crate) async fn answered(self) {
+        let _ = tokio::time::timeout_at(self.deadline.into(), self.answered).await;
     }
-    // Without a runtime there is nothing to drive them; their keys expire at the TTL.
-    let runtime = tokio::runtime::Handle::try_current().ok()?;
-    Some(runtime.spawn(async move {
-        let drain = stragglers.for_each(|_| async {});
-        let _ = tokio::time::timeout_at(deadline.into(), drain).await;
-    }))
 }
 
 /// A [`fan_out`] that counts votes: an answer `Ok(v)` is a yes when `grants(&v)`, a no

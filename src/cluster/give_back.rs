@@ -5,12 +5,11 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
 use tracing::debug;
 
 use super::Cluster;
 use crate::config::LockKind;
-use crate::fanout::send_and_detach;
+use crate::fanout::{Sent, send_and_detach};
 use crate::node::Keys;
 use crate::node::{Place, Terms};
 use crate::waiters::{Grant, Orphan};
@@ -40,7 +39,7 @@ impl Cluster {
         token: &Arc<str>,
         how: GiveBack,
         which: impl Fn(usize) -> bool,
-    ) -> Option<JoinHandle<()>> {
+    ) -> Sent {
         let grants = (0..self.nodes.len())
             .filter(|&i| which(i))
             .map(|node| Grant {
@@ -60,7 +59,7 @@ impl Cluster {
         keys: &Arc<Keys>,
         grants: Vec<Grant>,
         how: GiveBack,
-    ) -> Option<JoinHandle<()>> {
+    ) -> Sent {
         let deadline = Instant::now() + self.settings.node_timeout;
         // Only a mutex has places with terms; other kinds' waiters are woken, as by a release.
         let how = match how {

@@ -201,7 +201,7 @@ pub(crate) async fn acquire(
                 Outlook::At(t) if t <= wait_until => Some(t),
                 Outlook::At(_) | Outlook::Closed => {
                     if let Some(released) = released {
-                        let _ = released.await;
+                        released.answered().await;
                     }
                     return Err(error);
                 }
@@ -212,7 +212,7 @@ pub(crate) async fn acquire(
                 // nodes that answered. Earlier attempts' releases went ahead of this
                 // attempt on the same connections, so where it was answered they are done.
                 if let Some(released) = released {
-                    let _ = released.await;
+                    released.answered().await;
                 }
                 return Err(error);
             }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use std::time::{Duration, Instant};
 
-use tokio::task::JoinHandle;
 use tracing::debug;
 
 use super::fence::{fence_of, kept_fence_agreed};
@@ -14,7 +13,7 @@ use crate::cluster::{Cluster, GiveBack};
 use crate::config::LockOptions;
 use crate::deployment::{is_unmarked, mark_in_background};
 use crate::error::{Error, NodeFailureKind, Operation, Result};
-use crate::fanout::{Answer, Hearing, addrs_where, failures, vote_settled};
+use crate::fanout::{Answer, Hearing, Sent, addrs_where, failures, vote_settled};
 use crate::node::Keys;
 use crate::node::{AcquireReply, Proposal, Terms};
 use crate::quorum::{AcquireVote, Decision, is_split, validity};
@@ -278,7 +277,7 @@ pub(super) async fn attempt(
         }
         None => GiveBack::Silently,
     };
-    let released = cluster.release_in_background(keys, token, how, ours);
+    let released = Some(cluster.release_in_background(keys, token, how, ours));
     cleanup.armed = false;
     let granted = answers.iter().any(|a| {
         matches!(
@@ -330,7 +329,7 @@ pub(super) struct FailedAttempt {
     /// How long the attempt took.
     pub(super) took: Duration,
     /// The release of the attempt's grants, finishing in the background.
-    pub(super) released: Option<JoinHandle<()>>,
+    pub(super) released: Option<Sent>,
     /// Some nodes said a release had handed the lock to this waiter.
     pub(super) handed_over: bool,
     /// Per node, what keeps it from granting for a while (see [`kept_out`]).

@@ -157,8 +157,11 @@ impl Node {
 
     /// Reads the node's health now.
     pub(crate) async fn probe(&self) -> std::result::Result<(), NodeFailureKind> {
-        let (link, mut conn) = self.connect(Operation::Inspect).await?;
-        match conn.send_packed_commands(&probe_pipeline(), 0, 2).await {
+        let (link, conn) = self.connect();
+        match conn
+            .send_pipeline(Operation::Inspect, &probe_pipeline(), 2)
+            .await
+        {
             Ok(values) => {
                 self.record_probe(link, &values);
                 Ok(())

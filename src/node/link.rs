@@ -2,86 +2,61 @@
 //! they fail, and how a failed call is booked.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
-use redis::aio::MultiplexedConnection;
-use redis::{ErrorKind, RedisError, RedisResult};
+use redis::{ErrorKind, RedisError};
 
 use super::Node;
+use super::dial::{dial, login_commands};
+use super::wire::Wire;
 use crate::error::{NodeFailureKind, Operation};
 
 /// The number of a connection to a node, unique for the node's life.
 pub(crate) type LinkId = u64;
 
-/// A connection to the node, or its connect under way (shared by every caller waiting for it).
-#[derive(Clone)]
+/// A connection to the node, perhaps still being made.
+#[derive(Debug, Clone)]
 pub(super) struct Link {
     pub(super) id: LinkId,
-    connecting: Shared<BoxFuture<'static, RedisResult<MultiplexedConnection>>>,
-}
-
-impl std::fmt::Debug for Link {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Link").field("id", &self.id).finish()
-    }
+    wire: Wire,
 }
 
 impl Node {
-    /// The current connection, or the connect under way: a new one (with a new number) when
-    /// there is none. The connect is driven in the background too, so that callers that give up
-    /// at their deadline do not stall it.
-    fn current_link(&self) -> Link {
+    /// The current connection: a new one (with a new number) when there is none, or when the
+    /// current one is broken. A new connection is made in the background; commands sent on
+    /// it meanwhile go out, in order, once it is up (see [`Wire::connecting`]).
+    pub(super) fn connect(&self) -> (LinkId, Wire) {
         let mut slot = self
             .link
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(link) = slot.as_ref() {
-            return link.clone();
+            if !link.wire.is_broken() {
+                return (link.id, link.wire.clone());
+            }
+            // What was known of the node (its script cache, its health) is for the old
+            // connection; the master behind a new one may have restarted.
+            self.loaded.store(0, Ordering::Relaxed);
         }
-        let client = self.client.clone();
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.settings.connect_timeout))
-            // Deadlines are the fan-out's business; a response timeout here would only make a
-            // second, competing one.
-            .set_response_timeout(None);
-        let connecting = async move {
-            client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-        }
-        .boxed()
-        .shared();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(connecting.clone().map(drop));
+        let info = self.client.get_connection_info().clone();
+        let (wire, login) = Wire::connecting(self.metrics.clone(), &login_commands(&info));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(dial(
+                    wire.clone(),
+                    login,
+                    info,
+                    self.settings.connect_timeout,
+                ));
+            }
+            Err(_) => wire.fail(std::io::Error::other("no Tokio runtime to connect on").into()),
         }
         let link = Link {
             id: self.last_link.fetch_add(1, Ordering::Relaxed) + 1,
-            connecting,
+            wire,
         };
-        *slot = Some(link.clone());
-        link
-    }
-
-    /// The connection to send on, and its number; waits for the connect if one is under way.
-    pub(super) async fn connect(
-        &self,
-        op: Operation,
-    ) -> std::result::Result<(LinkId, MultiplexedConnection), NodeFailureKind> {
-        let link = self.current_link();
-        match link.connecting.await {
-            Ok(conn) => {
-                self.connected.store(true, Ordering::Relaxed);
-                Ok((link.id, conn))
-            }
-            Err(e) => {
-                // Whatever failed (the network, the login), the next call tries a new connect
-                // rather than meet this one's error again.
-                self.retire_link(link.id);
-                Err(self.failed(op, &e, link.id))
-            }
-        }
+        let connected = (link.id, link.wire.clone());
+        *slot = Some(link);
+        connected
     }
 
     /// Drops connection `id` if it is still the current one: the next call connects anew, and
@@ -93,7 +68,6 @@ impl Node {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if slot.as_ref().is_some_and(|link| link.id == id) {
             *slot = None;
-            self.connected.store(false, Ordering::Relaxed);
         }
         self.loaded.store(0, Ordering::Relaxed);
     }
@@ -109,32 +83,6 @@ impl Node {
         self.metrics.failure(op, kind.as_str());
         kind
     }
-}
-
-/// TCP options of every connection to a node: `stall` is the connect timeout, at least 1 s.
-///
-/// A node cut off by the network neither answers nor says so: the commands sent sit in the
-/// socket while TCP resends them at ever longer intervals, and after the network comes back the
-/// connection can stay silent for seconds more. Commands past their deadline do not close it,
-/// and must not: a paused node runs the commands it was sent when it resumes, the release
-/// after the grant. `TCP_USER_TIMEOUT` closes it once sent bytes have gone unacknowledged by
-/// the node's kernel (which acknowledges for a paused process too) for `stall`, and the next
-/// command connects anew; keepalive probes do the same for a connection that only listens,
-/// like the release subscription.
-pub(super) fn tcp_settings(stall: Duration) -> redis::io::tcp::TcpSettings {
-    let settings = redis::io::tcp::TcpSettings::default();
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
-    let settings = {
-        let stall = stall.max(Duration::from_secs(1));
-        settings.set_user_timeout(stall).set_keepalive(
-            redis::io::tcp::socket2::TcpKeepalive::new()
-                .with_time(stall)
-                .with_interval(stall),
-        )
-    };
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "fuchsia")))]
-    let _ = stall;
-    settings
 }
 
 fn classify(e: &RedisError) -> NodeFailureKind {

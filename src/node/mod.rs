@@ -18,26 +18,31 @@
 //! never counted before its new uptime is known, at no extra round trip.
 
 mod calls;
+mod detached;
+mod dial;
 mod health;
 mod keys;
 mod link;
 mod replies;
+mod resp;
 mod scripts;
 mod view;
+mod wire;
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::{Error, NodeFailureKind, Operation, Result};
 use crate::metrics::NodeMetrics;
 
 pub(crate) use calls::{Place, Proposal, Terms};
+pub(crate) use detached::detach;
 use health::Health;
 pub use health::NodeHealth;
 pub(crate) use keys::{DeploymentKeys, Keys};
+use link::Link;
 pub(crate) use link::LinkId;
-use link::{Link, tcp_settings};
 pub(crate) use replies::{
     AcquireReply, DeploymentState, Info, ReleaseReply, config_value, is_durable,
 };
@@ -68,12 +73,8 @@ pub(crate) struct Node {
     /// Scripts this node is known to have cached since the connection was made; a script whose
     /// bit is clear is sent whole with `EVAL`, which runs and caches it in one round trip.
     loaded: AtomicU32,
-    /// Whether the current connection is up; until it is, commands take turns at
-    /// [`Node::in_order`] (see [`Node::eval`]).
-    connected: AtomicBool,
-    in_order: tokio::sync::Mutex<()>,
     health: Mutex<Health>,
-    metrics: NodeMetrics,
+    metrics: Arc<NodeMetrics>,
 }
 
 impl Node {
@@ -100,7 +101,9 @@ impl Node {
         }
         let client = redis::IntoConnectionInfo::into_connection_info(url)
             .and_then(|info| {
-                redis::Client::open(info.set_tcp_settings(tcp_settings(settings.connect_timeout)))
+                redis::Client::open(
+                    info.set_tcp_settings(subscription_tcp_settings(settings.connect_timeout)),
+                )
             })
             .map_err(|e| Error::invalid("node", format!("{shown:?} was rejected: {e}")))?;
         let addr = client.get_connection_info().addr().to_string();
@@ -110,15 +113,13 @@ impl Node {
             let _ = rustls::crypto::ring::default_provider().install_default();
         }
         Ok(Node {
-            metrics: NodeMetrics::new(&addr),
+            metrics: Arc::new(NodeMetrics::new(&addr)),
             addr,
             client,
             link: Mutex::new(None),
             last_link: AtomicU64::new(0),
             settings,
             loaded: AtomicU32::new(0),
-            connected: AtomicBool::new(false),
-            in_order: tokio::sync::Mutex::new(()),
             health: Mutex::new(Health::default()),
         })
     }
@@ -137,6 +138,24 @@ impl Node {
     pub(crate) fn record_timeout(&self, op: Operation) {
         self.metrics.failure(op, NodeFailureKind::Timeout.as_str());
     }
+}
+
+/// TCP options of the connections redis-rs makes to a node (the release subscription, the
+/// doctor's), as [`dial`](dial::dial) sets them on the node's own.
+fn subscription_tcp_settings(stall: Duration) -> redis::io::tcp::TcpSettings {
+    let settings = redis::io::tcp::TcpSettings::default();
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = {
+        let stall = stall.max(Duration::from_secs(1));
+        settings.set_user_timeout(stall).set_keepalive(
+            redis::io::tcp::socket2::TcpKeepalive::new()
+                .with_time(stall)
+                .with_interval(stall),
+        )
+    };
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "fuchsia")))]
+    let _ = stall;
+    settings
 }
 
 /// The URL with its password (and anything that could be one) replaced by `***`, for messages.

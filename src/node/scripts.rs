@@ -3,13 +3,11 @@
 
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
-use std::task::Poll;
-use std::time::Instant;
 
-use redis::aio::MultiplexedConnection;
 use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::health::probe_pipeline;
+use super::wire::Wire;
 use super::{LinkId, Node};
 use crate::error::{NodeFailureKind, Operation};
 
@@ -160,19 +158,7 @@ impl Node {
         keys: &[&str],
         args: impl Fn(&mut Cmd),
     ) -> std::result::Result<(Value, LinkId), NodeFailureKind> {
-        let started = Instant::now();
-        // While the connection is being made, every command waits for it, and those woken
-        // together would be sent in any order: a lock's release could overtake the grant it
-        // releases (still finishing in the background) and leave it until its TTL. So until the
-        // connection is up, commands take turns in the order they were issued (tokio's mutex is
-        // first come, first served), each keeping its turn until its command is queued on the
-        // connection.
-        let turn = if self.connected.load(Ordering::Relaxed) {
-            None
-        } else {
-            Some(self.in_order.lock().await)
-        };
-        let (link, mut conn) = self.connect(op).await?;
+        let (link, conn) = self.connect();
         let known = self.loaded.load(Ordering::Relaxed) & script.bit != 0;
         let build = |by_hash: bool| {
             let mut cmd = if by_hash {
@@ -188,78 +174,68 @@ impl Node {
             args(&mut cmd);
             cmd
         };
-        let first = build(known);
         let probe = self.needs_probe(link);
-        let mut result = {
-            let send = std::pin::pin!(self.send(&mut conn, link, &first, probe));
-            in_turn(turn, send).await
-        };
+        let sent = self.send(op, &conn, link, &build(known), probe);
+        // Sent whole, the script is cached on the node before any later command on this
+        // connection runs: those can go by hash, without waiting for this one's answer.
+        self.loaded.fetch_or(script.bit, Ordering::Relaxed);
+        let mut result = sent.await;
         if known
             && matches!(&result, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript))
         {
             self.loaded.fetch_and(!script.bit, Ordering::Relaxed);
             self.health().verified_link = None;
-            result = self.send(&mut conn, link, &build(false), true).await;
+            result = self.send(op, &conn, link, &build(false), true).await;
+            self.loaded.fetch_or(script.bit, Ordering::Relaxed);
         }
         match result {
-            Ok(value) => {
-                self.loaded.fetch_or(script.bit, Ordering::Relaxed);
-                self.metrics.success(op, started.elapsed().as_secs_f64());
-                Ok((value, link))
-            }
+            Ok(value) => Ok((value, link)),
             Err(e) => Err(self.failed(op, &e, link)),
         }
     }
 
     /// Sends `cmd` on connection `link`, with a health reading in front when `probe` is set.
-    async fn send(
+    /// The command is sent when this is called; the future answers.
+    fn send(
         &self,
-        conn: &mut MultiplexedConnection,
+        op: Operation,
+        conn: &Wire,
         link: LinkId,
         cmd: &Cmd,
         probe: bool,
-    ) -> RedisResult<Value> {
-        if !probe {
-            // redis-rs hands server errors back as values; turn them into errors to match on.
-            return conn
-                .send_packed_command(cmd)
-                .await
-                .and_then(Value::extract_error);
-        }
-        let mut pipe = probe_pipeline();
-        pipe.add_command(cmd.clone());
-        match conn.send_packed_commands(&pipe, 0, 3).await {
-            Ok(mut values) if values.len() == 3 => {
-                let value = values.pop().unwrap_or(Value::Nil);
-                self.record_probe(link, &values);
-                value.extract_error()
+    ) -> impl Future<Output = RedisResult<Value>> + use<'_> {
+        let call = if probe {
+            conn.call(Some(op), 3, |out| {
+                let mut pipe = probe_pipeline();
+                pipe.add_command(cmd.clone());
+                out.extend_from_slice(&pipe.get_packed_pipeline());
+            })
+        } else {
+            conn.call(Some(op), 1, |out| cmd.write_packed_command(out))
+        };
+        async move {
+            let mut values = call.await?;
+            if !probe {
+                // Server errors come back as values; turn them into errors to match on.
+                return values
+                    .pop()
+                    .ok_or_else(|| RedisError::from((ErrorKind::Parse, "no reply")))
+                    .and_then(Value::extract_error);
             }
-            Ok(values) => Err(RedisError::from((
-                ErrorKind::Parse,
-                "pipeline answered with the wrong number of replies",
-                format!("{}", values.len()),
-            ))),
-            Err(e) => Err(e),
+            match values.len() {
+                3 => {
+                    let value = values.pop().unwrap_or(Value::Nil);
+                    self.record_probe(link, &values);
+                    value.extract_error()
+                }
+                n => Err(RedisError::from((
+                    ErrorKind::Parse,
+                    "pipeline answered with the wrong number of replies",
+                    format!("{n}"),
+                ))),
+            }
         }
     }
-}
-
-/// Awaits `send`, keeping `turn` (when there is one) only until the command is queued on its
-/// connection: the first poll of a send on an open connection puts the command in the
-/// connection's queue (or, when the queue is full, in line for it, first come, first served
-/// too), whose order the node keeps. A burst of callers on a new client must not make each
-/// one wait for all the round trips ahead of it.
-async fn in_turn<F: std::future::Future + Unpin>(
-    turn: Option<tokio::sync::MutexGuard<'_, ()>>,
-    mut send: F,
-) -> F::Output {
-    if let Some(turn) = turn {
-        if let Poll::Ready(answer) = futures::poll!(&mut send) {
-            return answer;
-        }
-        drop(turn);
-    }
-    send.await
 }
 
 #[cfg(test)]
