@@ -1,7 +1,7 @@
 //! Sends one operation to every node at once and collects answers until the vote is decided.
 //!
 //! The per-node futures are polled together on the caller's task: no task is spawned per call.
-//! When the vote is decided early, the stragglers are detached (see `node::detach`): their
+//! When the vote is decided early, the stragglers are detached (see `node::Background`): their
 //! commands are sent already, and what each does with its answer is done when the answer is
 //! read, by whichever task reads that connection. A key on more nodes than the quorum is what
 //! lets a lock survive a node that restarts empty, and a straggler's answer still counts for
@@ -15,7 +15,7 @@ use std::time::Instant;
 use tokio::sync::oneshot;
 
 use crate::error::{NodeFailure, NodeFailureKind, Operation};
-use crate::node::{Node, detach};
+use crate::node::Node;
 use crate::quorum::{Decision, Tally};
 
 /// One node's answer; `None` in a [`fan_out`] result means the vote was decided before it came.
@@ -68,8 +68,8 @@ where
     })
     .await;
     if decided {
-        for (_, straggler) in pending.into_iter().flatten() {
-            drop(detach(straggler));
+        for (i, straggler) in pending.into_iter().flatten() {
+            drop(nodes[i].background().detach(straggler));
         }
     } else {
         for (i, slot) in answers.iter_mut().enumerate() {
@@ -85,17 +85,19 @@ where
 }
 
 /// Sends `call` to every node and returns without waiting for the answers, which are
-/// awaited in the background (see [`detach`]): each command is sent before this returns.
-pub(crate) fn send_and_detach<F, Fut>(nodes: usize, deadline: Instant, call: F) -> Sent
+/// awaited in the background (see [`Background::detach`](crate::node::Background::detach)): each command is sent before this returns.
+pub(crate) fn send_and_detach<F, Fut>(nodes: &[Node], deadline: Instant, call: F) -> Sent
 where
     F: Fn(usize) -> Fut,
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
-    Sent {
-        answered: detach(futures::future::join_all((0..nodes).map(call))),
-        deadline,
-    }
+    let all = futures::future::join_all((0..nodes.len()).map(call));
+    let answered = match nodes.first() {
+        Some(node) => node.background().detach(all),
+        None => oneshot::channel().1,
+    };
+    Sent { answered, deadline }
 }
 
 /// Commands sent to the nodes whose answers are awaited in the background.

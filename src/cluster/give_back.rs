@@ -67,7 +67,7 @@ impl Cluster {
             how => how,
         };
         let (grants, how) = (Arc::new(grants), Arc::new(how));
-        send_and_detach(self.nodes.len(), deadline, |i| {
+        send_and_detach(&self.nodes, deadline, |i| {
             let (cluster, keys, grants, how) =
                 (self.clone(), keys.clone(), grants.clone(), how.clone());
             async move {

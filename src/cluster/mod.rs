@@ -16,8 +16,8 @@ pub(crate) use give_back::GiveBack;
 use crate::config::{ClientSettings, LockKind, limits, validate_name};
 use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 use crate::fanout::fan_out;
+use crate::node::{Background, Node, NodeHealth, NodeSettings};
 use crate::node::{DeploymentKeys, Keys};
-use crate::node::{Node, NodeHealth, NodeSettings};
 use crate::quorum::{Decision, quorum};
 use crate::waiters::{Orphan, Waiters};
 
@@ -75,8 +75,10 @@ impl Cluster {
             verify_votes: settings.require_durable || settings.quarantine != Some(Duration::ZERO),
             require_durable: settings.require_durable,
         };
+        // The client's detached futures, which its tasks' calls on any node finish.
+        let background = Arc::new(Background::default());
         for url in urls {
-            let node = Node::new(url, node_settings)?;
+            let node = Node::new(url, node_settings, background.clone())?;
             if !seen.insert(node.addr().to_owned()) {
                 return Err(Error::invalid(
                     "node",
@@ -190,9 +192,7 @@ impl Cluster {
                 }
             }
         }
-        self.waiters
-            .subscribe(&self.nodes, self.settings.connect_timeout, patience)
-            .await;
+        self.waiters.subscribe(&self.nodes, patience).await;
     }
 
     /// Reads every node's health now (uptime, persistence, marker, quarantine), in node order. A node

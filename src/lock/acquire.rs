@@ -124,7 +124,7 @@ pub(crate) async fn acquire(
                     let fallback = WAKE_FALLBACK.min(wait_until.saturating_duration_since(Instant::now()));
                     if let Some(woken) = woken {
                         tokio::select! {
-                            Ok(()) = woken => debug!("woken by a release"),
+                            () = woken => debug!("woken by a release"),
                             () = tokio::time::sleep(fallback) => {}
                         }
                     }
@@ -266,7 +266,7 @@ pub(crate) async fn acquire(
                 // lock, even while it sat out a split vote); the delay is the fallback for
                 // lost messages and masters whose subscription is down.
                 Some(woken) => tokio::select! {
-                    Ok(()) = woken => debug!("woken by a release"),
+                    () = woken => debug!("woken by a release"),
                     () = tokio::time::sleep(delay) => {}
                 },
                 None => tokio::time::sleep(delay).await,

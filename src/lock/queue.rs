@@ -292,7 +292,7 @@ fn dequeue(cluster: &Arc<Cluster>, keys: Arc<Keys>, waiter: Arc<str>, selected: 
         return;
     }
     let deadline = Instant::now() + cluster.settings.node_timeout;
-    let _ = send_and_detach(cluster.nodes.len(), deadline, |i| {
+    let _ = send_and_detach(&cluster.nodes, deadline, |i| {
         let (cluster, keys, waiter) = (cluster.clone(), keys.clone(), waiter.clone());
         let selected = selected.get(i).copied().unwrap_or(false);
         async move {

@@ -10,7 +10,7 @@ use super::queue::{NextHold, give_up_kept, keep_place_for_next_hold};
 use crate::cluster::Cluster;
 use crate::config::{LockKind, validate_token};
 use crate::error::{Error, Operation, Result};
-use crate::fanout::{failures, vote};
+use crate::fanout::{Hearing, failures, vote_settled};
 use crate::node::Keys;
 use crate::node::ReleaseReply;
 use crate::waiters::{Kept, KeptPlace, LOOP_WINDOW};
@@ -76,8 +76,11 @@ pub(crate) async fn release_key(
         cluster.waiters.released(token);
     }
     // Done as soon as a quorum no longer has the lock; the other nodes finish in the
-    // background.
-    let (_, answers) = vote(
+    // background. A holder that keeps its place in line hears every master out instead: it
+    // waits in line next, so answering early gains it nothing, and the last answers would
+    // otherwise be read, and acted on, by background work (see `node::detach`).
+    let hear_all = kept.is_some();
+    let (_, answers) = vote_settled(
         nodes,
         quorum,
         Operation::Release,
@@ -115,6 +118,10 @@ pub(crate) async fn release_key(
             }
         },
         |reply| matches!(reply, ReleaseReply::Deleted | ReleaseReply::Absent),
+        Hearing {
+            settled: |_: &ReleaseReply| !hear_all,
+            refusals_out: hear_all,
+        },
     )
     .instrument(debug_span!("release", lock = %name))
     .await;

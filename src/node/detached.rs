@@ -3,44 +3,33 @@
 //!
 //! A detached future waits only for replies on node connections. When a reply it waits for is
 //! read, by whichever task reads that connection, the future is queued, and that task polls it
-//! on its way out of the read ([`run_ready`]): the future finishes on a thread that was awake
-//! anyway. Spawning a task instead would cost a wake-up of another task for each answer, and
-//! on a multi-thread runtime a wake-up of the other worker thread too. Only when no task is
-//! reading (a client gone quiet) does a wake-up start a task to poll what is ready.
+//! on its way out of the read ([`Background::run_ready`]): the future finishes on a thread that
+//! was awake anyway. A task per detached future would cost a wake-up of another task for each
+//! answer, and on a multi-thread runtime often of the other worker thread too. Only when no
+//! task reads (a detached call left reading a quiet connection) does the runtime's I/O driver
+//! wake a detached future; one long-lived task per client (the poller) then polls it.
 //!
 //! Calls polled by a detached future never take the connection's reading from a task's call,
-//! and hand it to one (see `wire.rs`): a task waits on the socket in preference.
+//! and hand it to one (see `wire/mod.rs`): a task waits on the socket in preference.
 
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Wake, Waker};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::task::{Context, Poll, Wake, Waker};
 
+use futures::task::AtomicWaker;
 use tokio::sync::oneshot;
 
 type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// One detached future.
-struct Detached {
-    work: Mutex<Option<Work>>,
-    /// Whether it is in [`READY`] already.
-    queued: AtomicBool,
-}
-
-/// Detached futures woken and not yet polled.
-static READY: Mutex<Vec<Arc<Detached>>> = Mutex::new(Vec::new());
-static ANY_READY: AtomicBool = AtomicBool::new(false);
-/// Whether a task to poll [`READY`] is spawned and has not started yet.
-static TASK_SPAWNED: AtomicBool = AtomicBool::new(false);
-
 /// What the current thread is polling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Polling {
-    /// Whatever the runtime runs: a task's futures.
+    /// Whatever the runtime runs: a task's futures, or the I/O driver's wake-ups.
     Task,
-    /// A connection call of a task, which runs [`run_ready`] on its way out.
+    /// A connection call of a task, which runs [`Background::run_ready`] on its way out.
     TaskCall,
     /// A detached future.
     Detached,
@@ -63,67 +52,122 @@ pub(super) fn marked<T>(what: Polling, f: impl FnOnce() -> T) -> T {
     out
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One client's detached futures that are ready to be polled, and its poller.
+#[derive(Debug, Default)]
+pub(crate) struct Background {
+    ready: Mutex<Vec<Arc<Detached>>>,
+    any_ready: AtomicBool,
+    poller: AtomicWaker,
+    /// Whether the poller task is spawned (and not yet dropped with its runtime).
+    poller_spawned: AtomicBool,
+}
+
+/// One detached future.
+struct Detached {
+    work: Mutex<Option<Work>>,
+    /// Whether it is queued in its [`Background`] already.
+    queued: AtomicBool,
+    background: Weak<Background>,
+}
+
+impl std::fmt::Debug for Detached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Detached").finish_non_exhaustive()
+    }
+}
+
 impl Wake for Detached {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
+        let Some(background) = self.background.upgrade() else {
+            return;
+        };
         if self.queued.swap(true, Ordering::AcqRel) {
             return;
         }
-        lock(&READY).push(self.clone());
-        ANY_READY.store(true, Ordering::Release);
-        // A task's call polls what is ready on its way out, and so does a detached future's
-        // poller; a wake-up from anywhere else (the runtime's I/O driver, for a detached call
-        // left reading a quiet connection) needs a task to do it.
+        lock(&background.ready).push(self.clone());
+        background.any_ready.store(true, Ordering::Release);
+        // A task's call polls what is ready on its way out, and so does the poller of a
+        // detached future; a wake-up from anywhere else (the I/O driver, for a detached call
+        // left reading a quiet connection) needs the poller.
         if polling() == Polling::Task {
-            spawn_poller();
+            background.wake_poller();
         }
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn spawn_poller() {
-    if TASK_SPAWNED.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(async {
-                TASK_SPAWNED.store(false, Ordering::Release);
-                run_ready();
-            });
-        }
-        // No runtime to spawn on: the next task's call on any connection polls it.
-        Err(_) => TASK_SPAWNED.store(false, Ordering::Release),
-    }
-}
-
-/// Polls every detached future that is ready, until none is.
-pub(super) fn run_ready() {
-    if !ANY_READY.load(Ordering::Acquire) || polling() == Polling::Detached {
-        return;
-    }
-    marked(Polling::Detached, || {
-        loop {
-            let ready = {
-                let mut ready = lock(&READY);
-                ANY_READY.store(false, Ordering::Release);
-                std::mem::take(&mut *ready)
-            };
-            if ready.is_empty() {
-                return;
-            }
-            for detached in ready {
-                detached.queued.store(false, Ordering::Release);
-                detached.poll();
+impl Background {
+    fn wake_poller(self: &Arc<Self>) {
+        if !self.poller_spawned.swap(true, Ordering::AcqRel) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => {
+                    runtime.spawn(poller(Arc::downgrade(self)));
+                }
+                // No runtime to spawn on: the next task's call on a connection polls it.
+                Err(_) => self.poller_spawned.store(false, Ordering::Release),
             }
         }
-    });
+        self.poller.wake();
+    }
+
+    /// Polls every detached future that is ready, until none is.
+    pub(super) fn run_ready(&self) {
+        if !self.any_ready.load(Ordering::Acquire) || polling() == Polling::Detached {
+            return;
+        }
+        marked(Polling::Detached, || {
+            loop {
+                let ready = {
+                    let mut ready = lock(&self.ready);
+                    self.any_ready.store(false, Ordering::Release);
+                    std::mem::take(&mut *ready)
+                };
+                if ready.is_empty() {
+                    return;
+                }
+                for detached in ready {
+                    detached.queued.store(false, Ordering::Release);
+                    detached.poll();
+                }
+            }
+        });
+    }
+
+    /// Finishes `work` in the background: it is polled once now, and then whenever what it
+    /// waits for is ready. The receiver hears when it is done (or dropped with its
+    /// connections).
+    pub(crate) fn detach<F>(self: &Arc<Self>, work: F) -> oneshot::Receiver<()>
+    where
+        F: Future + Send + 'static,
+    {
+        let (done, finished) = oneshot::channel();
+        let detached = Arc::new(Detached {
+            work: Mutex::new(Some(Box::pin(async move {
+                work.await;
+                let _ = done.send(());
+            }))),
+            queued: AtomicBool::new(false),
+            background: Arc::downgrade(self),
+        });
+        marked(Polling::Detached, || detached.poll());
+        // Work that its first poll made ready (answers already read) is finished now.
+        self.run_ready();
+        finished
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        // The poller, if any, finds the client gone and ends.
+        self.poller.wake();
+    }
 }
 
 impl Detached {
@@ -139,29 +183,34 @@ impl Detached {
     }
 }
 
-/// Finishes `work` in the background: it is polled once now, and then whenever what it waits
-/// for is ready. The receiver hears when it is done (or dropped with its connections).
-pub(crate) fn detach<F>(work: F) -> oneshot::Receiver<()>
-where
-    F: Future + Send + 'static,
-{
-    let (done, finished) = oneshot::channel();
-    let detached = Arc::new(Detached {
-        work: Mutex::new(Some(Box::pin(async move {
-            work.await;
-            let _ = done.send(());
-        }))),
-        queued: AtomicBool::new(false),
-    });
-    marked(Polling::Detached, || detached.poll());
-    finished
+/// Polls the client's ready detached futures whenever one is woken by the I/O driver, until
+/// the client is gone.
+async fn poller(background: Weak<Background>) {
+    /// Should the task be dropped with its runtime, the next wake-up spawns another.
+    struct Spawned(Weak<Background>);
+    impl Drop for Spawned {
+        fn drop(&mut self) {
+            if let Some(background) = self.0.upgrade() {
+                background.poller_spawned.store(false, Ordering::Release);
+            }
+        }
+    }
+    let _spawned = Spawned(background.clone());
+    std::future::poll_fn(|cx| {
+        let Some(background) = background.upgrade() else {
+            return Poll::Ready(());
+        };
+        background.poller.register(cx.waker());
+        background.run_ready();
+        Poll::Pending
+    })
+    .await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
-    use std::task::Poll;
 
     /// A future that is pending until its flag is set, counting its polls.
     struct Gate {
@@ -183,16 +232,26 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn detached_work_is_polled_at_once_then_when_woken() {
+    /// A gate, and the handles to open it, to take its waker, and to count its polls.
+    type Handles = (Arc<AtomicBool>, Arc<Mutex<Option<Waker>>>, Arc<AtomicUsize>);
+
+    fn gate() -> (Gate, Handles) {
         let open = Arc::new(AtomicBool::new(false));
         let waker = Arc::new(Mutex::new(None::<Waker>));
         let polls = Arc::new(AtomicUsize::new(0));
-        let mut finished = detach(Gate {
+        let gate = Gate {
             open: open.clone(),
             waker: waker.clone(),
             polls: polls.clone(),
-        });
+        };
+        (gate, (open, waker, polls))
+    }
+
+    #[tokio::test]
+    async fn detached_work_is_polled_at_once_then_when_woken() {
+        let background = Arc::new(Background::default());
+        let (gate, (open, waker, polls)) = gate();
+        let mut finished = background.detach(gate);
         assert_eq!(polls.load(Ordering::SeqCst), 1, "polled once when detached");
         assert!(finished.try_recv().is_err());
         open.store(true, Ordering::SeqCst);
@@ -206,30 +265,48 @@ mod tests {
                 1,
                 "not polled inside the wake-up"
             );
-            run_ready();
+            background.run_ready();
         });
         assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert!(finished.try_recv().is_ok(), "done, and said so");
+        assert!(
+            !background.poller_spawned.load(Ordering::SeqCst),
+            "no task was needed"
+        );
     }
 
     #[tokio::test]
-    async fn a_wake_up_outside_any_call_is_polled_by_a_task() {
-        let open = Arc::new(AtomicBool::new(false));
-        let waker = Arc::new(Mutex::new(None::<Waker>));
-        let polls = Arc::new(AtomicUsize::new(0));
-        let finished = detach(Gate {
-            open: open.clone(),
-            waker: waker.clone(),
-            polls: polls.clone(),
-        });
-        open.store(true, Ordering::SeqCst);
+    async fn a_wake_up_outside_any_call_is_polled_by_the_poller() {
+        let background = Arc::new(Background::default());
+        for _ in 0..3 {
+            let (gate, (open, waker, polls)) = gate();
+            let finished = background.detach(gate);
+            open.store(true, Ordering::SeqCst);
+            if let Some(w) = lock(&waker).take() {
+                w.wake();
+            }
+            tokio::time::timeout(std::time::Duration::from_secs(5), finished)
+                .await
+                .expect("the poller polled it")
+                .expect("finished");
+            assert_eq!(polls.load(Ordering::SeqCst), 2);
+        }
+    }
+
+    #[tokio::test]
+    async fn the_poller_ends_with_its_client() {
+        let background = Arc::new(Background::default());
+        let (gate, (_open, waker, _polls)) = gate();
+        drop(background.detach(gate));
         if let Some(w) = lock(&waker).take() {
             w.wake();
         }
-        tokio::time::timeout(std::time::Duration::from_secs(5), finished)
-            .await
-            .expect("a task polled it")
-            .expect("finished");
-        assert_eq!(polls.load(Ordering::SeqCst), 2);
+        tokio::task::yield_now().await;
+        assert!(background.poller_spawned.load(Ordering::SeqCst));
+        let weak = Arc::downgrade(&background);
+        drop(background);
+        // The poller held it weakly and ended; the future held it weakly too.
+        tokio::task::yield_now().await;
+        assert!(weak.upgrade().is_none());
     }
 }

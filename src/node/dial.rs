@@ -1,6 +1,7 @@
 //! Making a connection to one master: TCP (with TLS for `rediss://`), the socket's options,
 //! and the login (`AUTH`, `SELECT`).
 
+#[cfg(feature = "tls")]
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -72,11 +73,16 @@ async fn stream(info: &ConnectionInfo, stall: Duration) -> RedisResult<Box<dyn S
     };
     let tcp = TcpStream::connect((host.as_str(), port)).await?;
     tcp_options(&tcp, stall)?;
-    Ok(if tls {
-        Box::new(handshake(host, tcp).await?)
-    } else {
-        Box::new(tcp)
-    })
+    if !tls {
+        return Ok(Box::new(tcp));
+    }
+    #[cfg(feature = "tls")]
+    return Ok(Box::new(handshake(host, tcp).await?));
+    #[cfg(not(feature = "tls"))]
+    return Err(RedisError::from((
+        ErrorKind::InvalidClientConfig,
+        "rediss:// needs redquorum's `tls` feature",
+    )));
 }
 
 /// TCP options of every connection to a node: `stall` is the connect timeout, at least 1 s.
@@ -96,10 +102,10 @@ fn tcp_options(tcp: &TcpStream, stall: Duration) -> std::io::Result<()> {
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
     {
         let stall = stall.max(Duration::from_secs(1));
-        let socket = socket2::SockRef::from(tcp);
+        let socket = redis::io::tcp::socket2::SockRef::from(tcp);
         socket.set_tcp_user_timeout(Some(stall))?;
         socket.set_tcp_keepalive(
-            &socket2::TcpKeepalive::new()
+            &redis::io::tcp::socket2::TcpKeepalive::new()
                 .with_time(stall)
                 .with_interval(stall),
         )?;
@@ -109,6 +115,7 @@ fn tcp_options(tcp: &TcpStream, stall: Duration) -> std::io::Result<()> {
     Ok(())
 }
 
+#[cfg(feature = "tls")]
 /// The TLS settings of every `rediss://` connection: the server's certificate must chain to
 /// one of the web's root authorities (webpki-roots), as redis-rs checks it.
 static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, rustls::Error>> = LazyLock::new(|| {
@@ -122,6 +129,7 @@ static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, rustls::Error>> = LazyLoc
     Ok(Arc::new(config))
 });
 
+#[cfg(feature = "tls")]
 async fn handshake(
     host: &str,
     tcp: TcpStream,

@@ -37,19 +37,7 @@ impl Node {
             // connection; the master behind a new one may have restarted.
             self.loaded.store(0, Ordering::Relaxed);
         }
-        let info = self.client.get_connection_info().clone();
-        let (wire, login) = Wire::connecting(self.metrics.clone(), &login_commands(&info));
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(dial(
-                    wire.clone(),
-                    login,
-                    info,
-                    self.settings.connect_timeout,
-                ));
-            }
-            Err(_) => wire.fail(std::io::Error::other("no Tokio runtime to connect on").into()),
-        }
+        let wire = self.dial(&[], false);
         let link = Link {
             id: self.last_link.fetch_add(1, Ordering::Relaxed) + 1,
             wire,
@@ -57,6 +45,22 @@ impl Node {
         let connected = (link.id, link.wire.clone());
         *slot = Some(link);
         connected
+    }
+
+    /// A new connection, made in the background (see [`Dialer::dial`]).
+    fn dial(&self, then: &[redis::Cmd], subscriber: bool) -> Wire {
+        self.dialer().dial(then, subscriber)
+    }
+
+    /// What makes new connections to this node, for those who make their own (the release
+    /// subscription).
+    pub(crate) fn dialer(&self) -> Dialer {
+        Dialer {
+            info: self.client.get_connection_info().clone(),
+            metrics: self.metrics.clone(),
+            background: self.background.clone(),
+            timeout: self.settings.connect_timeout,
+        }
     }
 
     /// Drops connection `id` if it is still the current one: the next call connects anew, and
@@ -95,5 +99,37 @@ fn classify(e: &RedisError) -> NodeFailureKind {
         NodeFailureKind::Server(e.to_string())
     } else {
         NodeFailureKind::Protocol(e.to_string())
+    }
+}
+
+/// Makes connections to one node.
+#[derive(Debug, Clone)]
+pub(crate) struct Dialer {
+    info: redis::ConnectionInfo,
+    metrics: std::sync::Arc<crate::metrics::NodeMetrics>,
+    background: std::sync::Arc<super::detached::Background>,
+    timeout: std::time::Duration,
+}
+
+impl Dialer {
+    /// A new connection, made in the background: commands sent on it go out once it is up and
+    /// logged in, and `then` (after the login) is the first of them. A subscriber's values
+    /// after those are messages.
+    pub(crate) fn dial(&self, then: &[redis::Cmd], subscriber: bool) -> Wire {
+        let mut login = login_commands(&self.info);
+        login.extend_from_slice(then);
+        let (wire, login) = Wire::connecting(
+            self.metrics.clone(),
+            self.background.clone(),
+            &login,
+            subscriber,
+        );
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(dial(wire.clone(), login, self.info.clone(), self.timeout));
+            }
+            Err(_) => wire.fail(std::io::Error::other("no Tokio runtime to connect on").into()),
+        }
+        wire
     }
 }

@@ -37,16 +37,17 @@ use crate::error::{Error, NodeFailureKind, Operation, Result};
 use crate::metrics::NodeMetrics;
 
 pub(crate) use calls::{Place, Proposal, Terms};
-pub(crate) use detached::detach;
+pub(crate) use detached::Background;
 use health::Health;
 pub use health::NodeHealth;
 pub(crate) use keys::{DeploymentKeys, Keys};
 use link::Link;
-pub(crate) use link::LinkId;
+pub(crate) use link::{Dialer, LinkId};
 pub(crate) use replies::{
     AcquireReply, DeploymentState, Info, ReleaseReply, config_value, is_durable,
 };
 pub(crate) use view::LockView;
+pub(crate) use wire::{Listening, Wire};
 
 /// Settings a node needs from the client.
 #[derive(Debug, Clone, Copy)]
@@ -75,11 +76,17 @@ pub(crate) struct Node {
     loaded: AtomicU32,
     health: Mutex<Health>,
     metrics: Arc<NodeMetrics>,
+    /// The client's detached futures (shared by its nodes).
+    background: Arc<Background>,
 }
 
 impl Node {
     /// Parses and checks a node URL; nothing is connected.
-    pub(crate) fn new(url: &str, settings: NodeSettings) -> Result<Self> {
+    pub(crate) fn new(
+        url: &str,
+        settings: NodeSettings,
+        background: Arc<Background>,
+    ) -> Result<Self> {
         let shown = redact(url);
         let parsed = url::Url::parse(url).map_err(|e| {
             Error::invalid(
@@ -114,6 +121,7 @@ impl Node {
         }
         Ok(Node {
             metrics: Arc::new(NodeMetrics::new(&addr)),
+            background,
             addr,
             client,
             link: Mutex::new(None),
@@ -132,6 +140,12 @@ impl Node {
     /// The redis-rs client, for connections of other kinds (the release subscription).
     pub(crate) fn redis_client(&self) -> &redis::Client {
         &self.client
+    }
+
+    /// The client's detached futures: work on this node that finishes after its caller moved
+    /// on (see [`Background::detach`]).
+    pub(crate) fn background(&self) -> &Arc<Background> {
+        &self.background
     }
 
     /// Records a call that the caller gave up on at its deadline.
@@ -196,8 +210,15 @@ mod tests {
 
     #[test]
     fn urls_are_checked() {
-        assert!(Node::new("redis://127.0.0.1:6379", settings()).is_ok());
-        assert!(Node::new("rediss://user:pw@example.com:6380/2", settings()).is_ok());
+        assert!(Node::new("redis://127.0.0.1:6379", settings(), Arc::default()).is_ok());
+        assert!(
+            Node::new(
+                "rediss://user:pw@example.com:6380/2",
+                settings(),
+                Arc::default()
+            )
+            .is_ok()
+        );
         for bad in [
             "",
             "127.0.0.1:6379",
@@ -206,13 +227,13 @@ mod tests {
             "redis://h:notaport",
             "unix:///tmp/s",
         ] {
-            let err = Node::new(bad, settings()).unwrap_err();
+            let err = Node::new(bad, settings(), Arc::default()).unwrap_err();
             assert!(
                 matches!(err, Error::InvalidArgument { field: "node", .. }),
                 "{bad:?} gave {err}"
             );
         }
-        let err = Node::new("redis://u:hunter2@h:99999", settings()).unwrap_err();
+        let err = Node::new("redis://u:hunter2@h:99999", settings(), Arc::default()).unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 }

@@ -24,18 +24,19 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::Waker;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
-
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::node::Node;
 
 mod kept;
 mod subscription;
+mod woken;
 pub(crate) use kept::{Kept, KeptPlace, KeptPlaces, LOOP_WINDOW};
-use subscription::{Subscribed, subscription};
+use subscription::{Delivered, Subscriptions, keep};
+pub(crate) use woken::Woken;
 
 /// Handoff tokens of locks this client took lately, remembered so that a grant heard after its
 /// waiter finished (from a master slower than the quorum) is known for this client's own lock,
@@ -70,8 +71,11 @@ struct KeptToken {
 /// What a master said to one of this client's waiters.
 #[derive(Debug, Default)]
 struct Listener {
-    /// Fires on the next message, when the waiter is listening.
-    wake: Option<oneshot::Sender<()>>,
+    /// Whether the waiter listens for the next message, and whether it came.
+    listening: bool,
+    woken: bool,
+    /// Wakes the waiter's task, when it waits.
+    waker: Option<Waker>,
     /// Grants heard and not yet taken by the waiter.
     grants: Vec<Grant>,
 }
@@ -88,13 +92,13 @@ pub(crate) struct Orphan {
 /// The waiters of one client, and its subscriptions.
 #[derive(Debug)]
 pub(crate) struct Waiters {
-    /// What the subscriptions share with the waiters; the subscription tasks hold it weakly.
+    /// What the subscriptions share with the waiters; the keeper holds it weakly.
     state: Arc<State>,
-    /// One flag per master: whether its subscription is confirmed and reading.
-    subscribed: OnceLock<Vec<watch::Receiver<bool>>>,
+    /// The subscriptions, once the first waiter started them, and how many are up.
+    subscriptions: OnceLock<(Arc<Subscriptions>, watch::Receiver<usize>)>,
     /// Places this client's releases kept in line for its next acquires.
     pub(crate) kept_places: KeptPlaces,
-    /// Dropped with the client, which stops the subscription tasks.
+    /// Dropped with the client, which stops the keeper.
     _alive: watch::Sender<()>,
     alive: watch::Receiver<()>,
 }
@@ -141,7 +145,7 @@ impl Waiters {
         };
         let waiters = Waiters {
             state: Arc::new(state),
-            subscribed: OnceLock::new(),
+            subscriptions: OnceLock::new(),
             kept_places: KeptPlaces::default(),
             _alive: alive_tx,
             alive: alive_rx,
@@ -152,54 +156,69 @@ impl Waiters {
     /// Starts the subscriptions (once) and waits until at least one is confirmed, for at most
     /// `patience`: a waiter should not miss a release that happens right after it starts, but
     /// if no master can be subscribed to, polling still works.
-    pub(crate) async fn subscribe(
-        &self,
-        nodes: &[Node],
-        connect_timeout: Duration,
-        patience: Duration,
-    ) {
-        let flags = self.subscribed.get_or_init(|| {
-            let runtime = tokio::runtime::Handle::try_current();
-            let channel = format!("{}{}", self.wake_prefix, self.client_id);
-            nodes
-                .iter()
-                .enumerate()
-                .map(|(i, node)| {
-                    let (tx, rx) = watch::channel(false);
-                    if let Ok(runtime) = &runtime {
-                        runtime.spawn(subscription(
-                            Arc::downgrade(&self.state),
-                            Subscribed {
-                                node: i,
-                                client: node.redis_client().clone(),
-                                channel: channel.clone(),
-                                connect_timeout,
-                            },
-                            tx,
-                            self.alive.clone(),
-                        ));
-                    }
-                    rx
-                })
-                .collect()
+    pub(crate) async fn subscribe(&self, nodes: &[Node], patience: Duration) {
+        let (_, ready) = self.subscriptions.get_or_init(|| {
+            let subscriptions = Arc::new(Subscriptions::new(nodes.len()));
+            let ready = subscriptions.ready();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(keep(
+                    Arc::downgrade(&self.state),
+                    subscriptions.clone(),
+                    nodes.iter().map(Node::dialer).collect(),
+                    format!("{}{}", self.wake_prefix, self.client_id),
+                    self.alive.clone(),
+                ));
+            }
+            (subscriptions, ready)
         });
-        if flags.iter().any(|f| *f.borrow()) {
+        if *ready.borrow() > 0 {
             return;
         }
-        let any = futures::future::select_all(flags.iter().map(|f| {
-            let mut f = f.clone();
-            Box::pin(async move {
-                let _ = f.wait_for(|ready| *ready).await;
-            })
-        }));
-        let _ = tokio::time::timeout(patience, any).await;
+        let mut ready = ready.clone();
+        let _ = tokio::time::timeout(patience, ready.wait_for(|n| *n > 0)).await;
     }
 
     /// How many masters' subscriptions are confirmed and reading.
     pub(crate) fn subscribed_count(&self) -> usize {
-        self.subscribed
+        self.subscriptions
             .get()
-            .map_or(0, |flags| flags.iter().filter(|f| *f.borrow()).count())
+            .map_or(0, |(_, ready)| *ready.borrow())
+    }
+
+    /// The grants heard for `waiter` since it last took them, reading first what the
+    /// subscriptions have brought (a waiter reads them itself only while it waits).
+    pub(crate) fn take_grants(&self, waiter: &str) -> Vec<Grant> {
+        if let Some((subscriptions, _)) = self.subscriptions.get() {
+            let mut cx = std::task::Context::from_waker(Waker::noop());
+            let mut wake = Vec::new();
+            for (node, mut listening) in subscriptions.read_now() {
+                let heard = listening.poll_heard(&mut cx);
+                subscription::deliver_all(&self.state, node, heard.messages, &mut wake);
+            }
+            wake.into_iter().for_each(Waker::wake);
+        }
+        self.state.take_grants(waiter)
+    }
+
+    /// Listens for the next release that names `waiter`: the returned future is done when
+    /// one does. Listen before each attempt, so that a release during the attempt is not
+    /// missed; while it is awaited, the waiter's task reads the subscriptions itself.
+    pub(crate) fn listen(&self, waiter: &str) -> Woken {
+        {
+            let mut listeners = self.listeners();
+            let listener = listeners.entry(waiter.to_owned()).or_default();
+            listener.listening = true;
+            listener.woken = false;
+        }
+        Woken {
+            state: self.state.clone(),
+            waiter: waiter.to_owned(),
+            listening: self
+                .subscriptions
+                .get()
+                .map(|(subscriptions, _)| subscriptions.listen())
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -221,12 +240,21 @@ impl State {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Listens for the next release that names `waiter`. Listen before each attempt, so that
-    /// a release during the attempt is not missed.
-    pub(crate) fn listen(&self, waiter: &str) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        self.listeners().entry(waiter.to_owned()).or_default().wake = Some(tx);
-        rx
+    /// Whether a master named `waiter` since it listened; if not, `waker` wakes it when one
+    /// does.
+    fn woken(&self, waiter: &str, waker: &Waker) -> bool {
+        let mut listeners = self.listeners();
+        let Some(listener) = listeners.get_mut(waiter) else {
+            return false;
+        };
+        if listener.woken {
+            return true;
+        }
+        match &mut listener.waker {
+            Some(old) => old.clone_from(waker),
+            None => listener.waker = Some(waker.clone()),
+        }
+        false
     }
 
     /// The grants heard for `waiter` since it last took them.
@@ -362,24 +390,46 @@ impl State {
     /// that is not is about to look anyway). A grant for a waiter that is gone is returned if
     /// it is nobody's lock (see [`State::late_grant`]), to be given back at once rather than
     /// left until its TTL.
-    fn deliver(&self, waiter: &str, grant: Option<(Grant, String)>) -> Option<Orphan> {
+    fn deliver(&self, waiter: &str, grant: Option<(Grant, String)>) -> Delivered {
         let mut listeners = self.listeners();
         let Some(listener) = listeners.get_mut(waiter) else {
             drop(listeners);
-            let (grant, lock_key) = grant?;
-            return self.late_grant(grant, lock_key);
+            let Some((grant, lock_key)) = grant else {
+                return Delivered::Done;
+            };
+            return match self.late_grant(grant, lock_key) {
+                Some(orphan) => Delivered::Orphan(orphan),
+                None => Delivered::Done,
+            };
         };
         listener.grants.extend(grant.map(|(grant, _)| grant));
-        if let Some(wake) = listener.wake.take() {
-            let _ = wake.send(());
+        if std::mem::take(&mut listener.listening) {
+            listener.woken = true;
+            if let Some(waker) = listener.waker.take() {
+                return Delivered::Wake(waker);
+            }
         }
-        None
+        Delivered::Done
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
+
+    /// Whether the waiter was woken, looking once.
+    fn woken(w: &mut Woken) -> bool {
+        w.now_or_never().is_some()
+    }
+
+    /// The orphan a delivery calls to give back, if any.
+    fn orphan(d: Delivered) -> Option<Orphan> {
+        match d {
+            Delivered::Orphan(o) => Some(o),
+            _ => None,
+        }
+    }
 
     #[test]
     fn a_wake_reaches_only_the_named_waiter() {
@@ -391,15 +441,15 @@ mod tests {
         let mut first = waiters.listen("w1");
         let mut second = waiters.listen("w2");
         waiters.deliver("w1", None);
-        assert!(first.try_recv().is_ok());
-        assert!(second.try_recv().is_err(), "only the named waiter wakes");
+        assert!(woken(&mut first));
+        assert!(!woken(&mut second), "only the named waiter wakes");
         // Another master announcing the same release, before the waiter listens again: it is
         // attempting anyway. After it listens again: woken again, to retry.
         waiters.deliver("w1", None);
         let mut again = waiters.listen("w1");
-        assert!(again.try_recv().is_err());
+        assert!(!woken(&mut again));
         waiters.deliver("w1", None);
-        assert!(again.try_recv().is_ok());
+        assert!(woken(&mut again));
     }
 
     #[test]
@@ -411,10 +461,10 @@ mod tests {
             fence: 7,
         };
         let msg = |node: usize, token: &str| Some((on(node, token), "p:lock:x".to_owned()));
-        let given_back = |o: Option<Orphan>| o.map(|o| o.grant);
+        let given_back = |d: Delivered| orphan(d).map(|o| o.grant);
         let mut rx = waiters.listen("w1");
-        assert!(waiters.deliver("w1", msg(0, "w1/a")).is_none());
-        assert!(rx.try_recv().is_ok(), "a grant wakes its waiter");
+        assert!(orphan(waiters.deliver("w1", msg(0, "w1/a"))).is_none());
+        assert!(woken(&mut rx), "a grant wakes its waiter");
         assert_eq!(waiters.take_grants("w1"), vec![on(0, "w1/a")]);
         waiters.remember_taken("w1/a");
         waiters.deliver("w1", msg(0, "w1/b"));
@@ -422,7 +472,7 @@ mod tests {
         // Leaving: the grant it did not take is returned to be given back; its own lock's is not.
         assert_eq!(waiters.leave("w1"), vec![on(0, "w1/b")]);
         assert_eq!(waiters.heard_late_on("w1/a"), vec![1]);
-        assert!(waiters.deliver("w1", msg(2, "w1/a")).is_none());
+        assert!(orphan(waiters.deliver("w1", msg(2, "w1/a"))).is_none());
         assert_eq!(
             given_back(waiters.deliver("w1", msg(0, "w1/c"))),
             Some(on(0, "w1/c"))
@@ -431,8 +481,8 @@ mod tests {
         // release's answer from that master: given back unless the release deleted the lock
         // there (the handover came first, and the message is merely late).
         waiters.released("w1/a");
-        assert!(waiters.deliver("w1", msg(3, "w1/a")).is_none());
-        assert!(waiters.deliver("w1", msg(4, "w1/a")).is_none());
+        assert!(orphan(waiters.deliver("w1", msg(3, "w1/a"))).is_none());
+        assert!(orphan(waiters.deliver("w1", msg(4, "w1/a"))).is_none());
         assert!(orphans.try_recv().is_err());
         waiters.release_answered("w1/a", 3, true);
         assert!(orphans.try_recv().is_err(), "deleted by the release");
@@ -442,7 +492,7 @@ mod tests {
             Some(on(4, "w1/a"))
         );
         // Answers already in decide at once.
-        assert!(waiters.deliver("w1", msg(3, "w1/a")).is_none());
+        assert!(orphan(waiters.deliver("w1", msg(3, "w1/a"))).is_none());
         assert_eq!(
             given_back(waiters.deliver("w1", msg(4, "w1/a"))),
             Some(on(4, "w1/a"))

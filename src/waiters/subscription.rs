@@ -1,22 +1,36 @@
-//! One client's subscription to one master's wake channel: kept up (resubscribing with
-//! back-off) for as long as the client lives, each message read and delivered to its waiter.
+//! One client's subscriptions to the masters' wake channels, and the keeper task that makes
+//! them, makes them again when they break, and reads them when no waiter does.
+//!
+//! A waiter reads the subscriptions itself while it waits (see `woken.rs`), so that a release's
+//! messages wake the waiter they are for, and no task in between. When no waiter reads, the
+//! keeper does: so that a grant for a waiter that is gone is given back at once rather than
+//! left until its TTL. It takes the reading whenever it looks and no one reads, which it does
+//! every [`LOOK_EVERY`] while waiters come and go, and then stays the reader until a waiter
+//! listens again (which wakes it, see [`Subscriptions::note_listening`]).
 
-use std::sync::Weak;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, Weak};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use tokio::sync::watch;
+use redis::Value;
+use tokio::sync::{Notify, watch};
 
 use super::{Grant, State};
+use crate::node::{Dialer, Listening, Wire};
 
-/// Pause before resubscribing to a master whose subscription failed, doubled up to the maximum.
+/// Pause before making a subscription again after it failed, doubled up to the maximum.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
+/// How often the keeper looks, while waiters listen, for subscriptions nobody reads.
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+/// How long after the last waiter listened the keeper goes on looking.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// Reads a message from master `node`: `<waiter id>`, or `<waiter id> <token> <fence> <lock
 /// key>` when the release handed the lock to the waiter there. Ids and tokens have no spaces;
 /// the key, last, may.
-fn parse_message(payload: &str, node: usize) -> (&str, Option<(Grant, String)>) {
+pub(super) fn parse_message(payload: &str, node: usize) -> (&str, Option<(Grant, String)>) {
     let mut parts = payload.splitn(4, ' ');
     let waiter = parts.next().unwrap_or_default();
     let grant = match (
@@ -37,70 +51,242 @@ fn parse_message(payload: &str, node: usize) -> (&str, Option<(Grant, String)>) 
     (waiter, grant)
 }
 
-/// Where one subscription goes.
-pub(super) struct Subscribed {
-    pub(super) node: usize,
-    pub(super) client: redis::Client,
-    /// The client's wake channel.
-    pub(super) channel: String,
-    pub(super) connect_timeout: Duration,
+/// The payload of a pub/sub message (`message <channel> <payload>`); `None` for anything else
+/// a subscription says.
+pub(super) fn payload(message: &Value) -> Option<String> {
+    let Value::Array(parts) = message else {
+        return None;
+    };
+    match parts.as_slice() {
+        [Value::BulkString(kind), _, Value::BulkString(payload)] if kind == b"message" => {
+            Some(String::from_utf8_lossy(payload).into_owned())
+        }
+        _ => None,
+    }
 }
 
-/// Keeps the client's subscription on one master up until the client is dropped.
-pub(super) async fn subscription(
+/// Delivers the messages heard from master `node` to their waiters; grants for waiters that
+/// are gone go to be given back.
+pub(super) fn deliver_all(
+    state: &State,
+    node: usize,
+    messages: Vec<Value>,
+    wake: &mut Vec<std::task::Waker>,
+) {
+    for message in messages {
+        let Some(payload) = payload(&message) else {
+            continue;
+        };
+        let (waiter, grant) = parse_message(&payload, node);
+        match state.deliver(waiter, grant) {
+            Delivered::Wake(waker) => wake.push(waker),
+            Delivered::Orphan(orphan) => {
+                let _ = state.orphans.send(orphan);
+            }
+            Delivered::Done => {}
+        }
+    }
+}
+
+/// What a delivered message calls for.
+pub(super) enum Delivered {
+    /// Wake the waiter it named.
+    Wake(std::task::Waker),
+    /// A lock handed to a waiter that is gone, to be given back.
+    Orphan(super::Orphan),
+    Done,
+}
+
+/// One client's subscriptions, one per master.
+#[derive(Debug)]
+pub(super) struct Subscriptions {
+    /// The connection to each master, replaced by the keeper when it breaks.
+    wires: Vec<Mutex<Option<Wire>>>,
+    /// How many are subscribed and read.
+    ready: watch::Sender<usize>,
+    /// When a waiter last listened, in milliseconds since `epoch`.
+    last_listened: AtomicU64,
+    epoch: Instant,
+    /// Whether the keeper reads until a waiter listens, without looking on its own.
+    keeper_reads_alone: AtomicBool,
+    wake_keeper: Notify,
+}
+
+impl Subscriptions {
+    pub(super) fn new(masters: usize) -> Self {
+        Subscriptions {
+            wires: (0..masters).map(|_| Mutex::new(None)).collect(),
+            ready: watch::channel(0).0,
+            last_listened: AtomicU64::new(0),
+            epoch: Instant::now(),
+            keeper_reads_alone: AtomicBool::new(false),
+            wake_keeper: Notify::new(),
+        }
+    }
+
+    /// A listener on each subscription that is up, by master.
+    pub(super) fn listen(&self) -> Vec<(usize, Listening)> {
+        self.note_listening();
+        self.read_now()
+    }
+
+    /// A listener on each subscription that is up, to read once what has come, by master.
+    pub(super) fn read_now(&self) -> Vec<(usize, Listening)> {
+        self.wires
+            .iter()
+            .enumerate()
+            .filter_map(|(i, slot)| {
+                let wire = slot.lock().unwrap_or_else(PoisonError::into_inner);
+                wire.as_ref().map(|w| (i, w.listen(false)))
+            })
+            .collect()
+    }
+
+    /// A waiter listens: the keeper is to look again once it stops.
+    fn note_listening(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_listened.store(now, Ordering::SeqCst);
+        if self.keeper_reads_alone.swap(false, Ordering::SeqCst) {
+            self.wake_keeper.notify_one();
+        }
+    }
+
+    fn listened_lately(&self) -> bool {
+        let last = Duration::from_millis(self.last_listened.load(Ordering::SeqCst));
+        self.epoch.elapsed().saturating_sub(last) < LINGER
+    }
+
+    /// How many subscriptions are up.
+    pub(super) fn ready(&self) -> watch::Receiver<usize> {
+        self.ready.subscribe()
+    }
+}
+
+/// One master's subscription, as the keeper sees it.
+struct Kept {
+    dialer: Dialer,
+    /// The keeper's own listener on the current connection.
+    listening: Option<Listening>,
+    /// When to make the subscription again, and the pause after that.
+    retry_at: Instant,
+    pause: Duration,
+    made_at: Instant,
+}
+
+/// Keeps the client's subscriptions up, and reads them when no waiter does, until the client
+/// is dropped.
+pub(super) async fn keep(
     state: Weak<State>,
-    to: Subscribed,
-    ready: watch::Sender<bool>,
+    subscriptions: std::sync::Arc<Subscriptions>,
+    dialers: Vec<Dialer>,
+    channel: String,
     mut alive: watch::Receiver<()>,
 ) {
-    let Subscribed {
-        node,
-        client,
-        channel,
-        connect_timeout,
-    } = to;
-    let mut pause = RESUBSCRIBE_MIN;
-    loop {
-        let started = Instant::now();
-        let connected = tokio::time::timeout(connect_timeout, async {
-            let mut pubsub = client.get_async_pubsub().await?;
-            pubsub.subscribe(&channel).await?;
-            Ok::<_, redis::RedisError>(pubsub)
+    let subscribe = {
+        let mut cmd = redis::cmd("SUBSCRIBE");
+        cmd.arg(&channel);
+        [cmd]
+    };
+    let now = Instant::now();
+    let mut kept: Vec<Kept> = dialers
+        .into_iter()
+        .map(|dialer| Kept {
+            dialer,
+            listening: None,
+            retry_at: now,
+            pause: RESUBSCRIBE_MIN,
+            made_at: now,
         })
-        .await;
-        match connected {
-            Ok(Ok(pubsub)) => {
-                let _ = ready.send(true);
-                let mut messages = pubsub.into_on_message();
-                loop {
-                    tokio::select! {
-                        message = messages.next() => {
-                            let Some(message) = message else { break };
-                            let Some(state) = state.upgrade() else { return };
-                            let payload = String::from_utf8_lossy(message.get_payload_bytes());
-                            let (waiter, grant) = parse_message(&payload, node);
-                            if let Some(orphan) = state.deliver(waiter, grant) {
-                                let _ = state.orphans.send(orphan);
-                            }
+        .collect();
+    loop {
+        // Make what is missing or broken, and count what is up.
+        let now = Instant::now();
+        let mut ready = 0;
+        let mut next_retry: Option<Instant> = None;
+        for (i, k) in kept.iter_mut().enumerate() {
+            let mut slot = subscriptions.wires[i]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match slot.as_ref() {
+                Some(wire) if !wire.is_broken() => {
+                    if wire.is_open() {
+                        ready += 1;
+                        // A subscription that lived a while was healthy: start the back-off over.
+                        if now.duration_since(k.made_at) > RESUBSCRIBE_MAX {
+                            k.pause = RESUBSCRIBE_MIN;
                         }
-                        changed = alive.changed() => if changed.is_err() { return },
+                    } else {
+                        next_retry = Some(now + LOOK_EVERY);
                     }
                 }
-                let _ = ready.send(false);
-                tracing::debug!(node, "release subscription lost; resubscribing");
+                _ if now >= k.retry_at => {
+                    if slot.is_some() {
+                        tracing::debug!(node = i, "release subscription lost; resubscribing");
+                    }
+                    let wire = k.dialer.dial(&subscribe, true);
+                    k.listening = Some(wire.listen(true));
+                    *slot = Some(wire);
+                    k.made_at = now;
+                    k.retry_at = now + k.pause;
+                    k.pause = (k.pause * 2).min(RESUBSCRIBE_MAX);
+                    next_retry = Some(now + LOOK_EVERY);
+                }
+                _ => next_retry = Some(next_retry.map_or(k.retry_at, |t| t.min(k.retry_at))),
             }
-            Ok(Err(e)) => tracing::debug!(node, "release subscription failed: {e}"),
-            Err(_) => tracing::debug!(node, "release subscription timed out"),
         }
-        // A subscription that lived a while was healthy: start the back-off over.
-        if started.elapsed() > RESUBSCRIBE_MAX {
-            pause = RESUBSCRIBE_MIN;
+        subscriptions.ready.send_if_modified(|n| {
+            let changed = *n != ready;
+            *n = ready;
+            changed
+        });
+        // Look again soon while waiters come and go; otherwise read alone until one listens.
+        let reads_alone = !subscriptions.listened_lately();
+        subscriptions
+            .keeper_reads_alone
+            .store(reads_alone, Ordering::SeqCst);
+        let reads_alone = reads_alone && !subscriptions.listened_lately();
+        let look_at = if reads_alone {
+            next_retry
+        } else {
+            Some(next_retry.map_or(now + LOOK_EVERY, |t| t.min(now + LOOK_EVERY)))
+        };
+        let sleep =
+            tokio::time::sleep_until(look_at.unwrap_or(now + Duration::from_secs(3600)).into());
+        let notified = subscriptions.wake_keeper.notified();
+        // The client's end of `alive` is dropped with the client.
+        let dropped = alive.changed();
+        tokio::pin!(sleep, notified, dropped);
+        let stop = std::future::poll_fn(|cx| {
+            let Some(state) = state.upgrade() else {
+                return Poll::Ready(true);
+            };
+            let mut wake = Vec::new();
+            let mut broken = false;
+            for (i, k) in kept.iter_mut().enumerate() {
+                if let Some(listening) = k.listening.as_mut() {
+                    let heard = listening.poll_heard(cx);
+                    deliver_all(&state, i, heard.messages, &mut wake);
+                    if heard.broken {
+                        // Made again once its pause is over; heard from no more until then.
+                        k.listening = None;
+                        broken = true;
+                    }
+                }
+            }
+            wake.into_iter().for_each(std::task::Waker::wake);
+            if let Poll::Ready(Err(_)) = dropped.as_mut().poll(cx) {
+                return Poll::Ready(true);
+            }
+            if broken || notified.as_mut().poll(cx).is_ready() || sleep.as_mut().poll(cx).is_ready()
+            {
+                return Poll::Ready(false);
+            }
+            Poll::Pending
+        })
+        .await;
+        if stop {
+            return;
         }
-        tokio::select! {
-            () = tokio::time::sleep(pause) => {}
-            changed = alive.changed() => if changed.is_err() { return },
-        }
-        pause = (pause * 2).min(RESUBSCRIBE_MAX);
     }
 }
 
@@ -125,5 +311,15 @@ mod tests {
         assert_eq!(key, "rq:lock:a name with spaces");
         // Anything malformed is at most a wake.
         assert_eq!(parse_message("ab.1 tok notanumber key", 0), ("ab.1", None));
+    }
+
+    #[test]
+    fn only_messages_carry_a_payload() {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let message = Value::Array(vec![bulk("message"), bulk("ch"), bulk("ab.1")]);
+        assert_eq!(payload(&message).as_deref(), Some("ab.1"));
+        let confirmation = Value::Array(vec![bulk("subscribe"), bulk("ch"), Value::Int(1)]);
+        assert_eq!(payload(&confirmation), None);
+        assert_eq!(payload(&Value::Int(1)), None);
     }
 }
