@@ -107,6 +107,14 @@ impl ClientBuilder {
         self
     }
 
+    /// The authorities (PEM certificates) that `rediss://` nodes' certificates must chain to,
+    /// instead of the web's root authorities (webpki-roots, the default): a private CA, say.
+    /// Needs the `tls` feature (on by default).
+    pub fn tls_root_certificates(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.settings.tls_root_certificates = Some(pem.as_ref().into());
+        self
+    }
+
     /// **Unsafe; for testing a checker only.** Grants semaphore permits on a bare majority of
     /// the masters instead of the quorum [`LockKind::quorum`](crate::LockKind::quorum) gives,
     /// which lets more holders in than there are permits. The chaos suite uses it as a
@@ -123,8 +131,9 @@ impl ClientBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when there are no nodes or too many, when a URL is malformed
-    /// or not `redis://`/`rediss://`, when two URLs name the same `host:port`, or when a
-    /// setting is out of its bounds.
+    /// or not `redis://`/`rediss://`, when two URLs name the same `host:port`, when a
+    /// setting is out of its bounds, or when the TLS root certificates cannot be read (or are
+    /// given, or a node is `rediss://`, in a build without the `tls` feature).
     pub fn build(self) -> Result<Client> {
         self.settings.validate()?;
         Ok(Client {

@@ -16,7 +16,7 @@ pub(crate) use give_back::GiveBack;
 use crate::config::{ClientSettings, LockKind, limits, validate_name};
 use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 use crate::fanout::fan_out;
-use crate::node::{Background, Node, NodeHealth, NodeSettings};
+use crate::node::{Background, Node, NodeHealth, NodeSettings, Tls};
 use crate::node::{DeploymentKeys, Keys};
 use crate::quorum::{Decision, quorum};
 use crate::waiters::{Orphan, Waiters};
@@ -77,8 +77,17 @@ impl Cluster {
         };
         // The client's detached futures, which its tasks' calls on any node finish.
         let background = Arc::new(Background::default());
+        let tls = if settings.tls_root_certificates.is_some()
+            || urls.iter().any(|url| {
+                url.get(..7)
+                    .is_some_and(|s| s.eq_ignore_ascii_case("rediss:"))
+            }) {
+            Some(Tls::from_settings(&settings)?)
+        } else {
+            None
+        };
         for url in urls {
-            let node = Node::new(url, node_settings, background.clone())?;
+            let node = Node::new(url, node_settings, background.clone(), tls.as_ref())?;
             if !seen.insert(node.addr().to_owned()) {
                 return Err(Error::invalid(
                     "node",

@@ -112,6 +112,9 @@ pub(crate) struct ClientSettings {
     pub(crate) drift_min: Duration,
     /// Semaphores granted by a bare majority: unsafe, for the chaos suite's positive control.
     pub(crate) unsafe_majority_semaphores: bool,
+    /// PEM certificates of the authorities that `rediss://` nodes' certificates must chain to,
+    /// instead of the web's root authorities.
+    pub(crate) tls_root_certificates: Option<std::sync::Arc<[u8]>>,
 }
 
 impl Default for ClientSettings {
@@ -127,6 +130,7 @@ impl Default for ClientSettings {
             drift_factor: defaults::DRIFT_FACTOR,
             drift_min: defaults::DRIFT_MIN,
             unsafe_majority_semaphores: false,
+            tls_root_certificates: None,
         }
     }
 }

@@ -15,7 +15,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -61,6 +61,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) struct Background {
     ready: Mutex<Vec<Arc<Detached>>>,
     any_ready: AtomicBool,
+    /// Detached futures not finished yet: the poller ends when there are none.
+    unfinished: AtomicUsize,
     poller: AtomicWaker,
     /// Whether the poller task is spawned (and not yet dropped with its runtime).
     poller_spawned: AtomicBool,
@@ -148,6 +150,7 @@ impl Background {
         F: Future + Send + 'static,
     {
         let (done, finished) = oneshot::channel();
+        self.unfinished.fetch_add(1, Ordering::AcqRel);
         let detached = Arc::new(Detached {
             work: Mutex::new(Some(Box::pin(async move {
                 work.await;
@@ -179,29 +182,64 @@ impl Detached {
             && future.as_mut().poll(&mut cx).is_ready()
         {
             *work = None;
+            self.finished();
+        }
+    }
+
+    fn finished(&self) {
+        if let Some(background) = self.background.upgrade() {
+            background.unfinished.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        // Dropped unfinished: its connections are gone, and with them every waker of it.
+        if lock(&self.work).is_some() {
+            self.finished();
         }
     }
 }
 
 /// Polls the client's ready detached futures whenever one is woken by the I/O driver, until
-/// the client is gone.
+/// none is left unfinished (the next wake-up from the I/O driver starts another), or the client
+/// is gone.
 async fn poller(background: Weak<Background>) {
     /// Should the task be dropped with its runtime, the next wake-up spawns another.
-    struct Spawned(Weak<Background>);
+    struct Spawned {
+        background: Weak<Background>,
+        ended: bool,
+    }
     impl Drop for Spawned {
         fn drop(&mut self) {
-            if let Some(background) = self.0.upgrade() {
+            if let (false, Some(background)) = (self.ended, self.background.upgrade()) {
                 background.poller_spawned.store(false, Ordering::Release);
             }
         }
     }
-    let _spawned = Spawned(background.clone());
+    let mut spawned = Spawned {
+        background: background.clone(),
+        ended: false,
+    };
     std::future::poll_fn(|cx| {
         let Some(background) = background.upgrade() else {
+            spawned.ended = true;
             return Poll::Ready(());
         };
         background.poller.register(cx.waker());
         background.run_ready();
+        if background.unfinished.load(Ordering::Acquire) == 0 {
+            background.poller_spawned.store(false, Ordering::Release);
+            // Work that came between the look and the store found a poller and spawned none:
+            // this one goes on, unless another was spawned since.
+            let idle = background.unfinished.load(Ordering::Acquire) == 0
+                && !background.any_ready.load(Ordering::Acquire);
+            if idle || background.poller_spawned.swap(true, Ordering::AcqRel) {
+                spawned.ended = true;
+                return Poll::Ready(());
+            }
+        }
         Poll::Pending
     })
     .await;
@@ -302,11 +340,38 @@ mod tests {
             w.wake();
         }
         tokio::task::yield_now().await;
-        assert!(background.poller_spawned.load(Ordering::SeqCst));
+        assert!(
+            background.poller_spawned.load(Ordering::SeqCst),
+            "the future is left unfinished"
+        );
         let weak = Arc::downgrade(&background);
         drop(background);
-        // The poller held it weakly and ended; the future held it weakly too.
+        // The poller held the client weakly and ended; the future held it weakly too.
         tokio::task::yield_now().await;
         assert!(weak.upgrade().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_poller_ends_once_every_detached_future_is_finished() {
+        let background = Arc::new(Background::default());
+        let (gate, (open, waker, _polls)) = gate();
+        let finished = background.detach(gate);
+        if let Some(w) = lock(&waker).take() {
+            w.wake();
+        }
+        tokio::task::yield_now().await;
+        assert!(background.poller_spawned.load(Ordering::SeqCst));
+        open.store(true, Ordering::SeqCst);
+        if let Some(w) = lock(&waker).take() {
+            w.wake();
+        }
+        tokio::time::timeout(std::time::Duration::from_secs(5), finished)
+            .await
+            .expect("finished in time")
+            .expect("finished");
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!background.poller_spawned.load(Ordering::SeqCst));
     }
 }

@@ -1,22 +1,27 @@
 //! Making a connection to one master: TCP (with TLS for `rediss://`), the socket's options,
 //! and the login (`AUTH`, `SELECT`).
 
-#[cfg(feature = "tls")]
-use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult};
 use tokio::net::TcpStream;
 
+use super::Tls;
 use super::wire::{Call, Stream, Wire};
 
 /// Connects `wire` to the master `info` names, for at most `timeout`, and logs in: `login`
 /// is the call of [`login_commands`], sent on `wire` first. The connection is broken if any
 /// of it fails; `timeout` is also how long sent bytes may go unacknowledged before the
 /// connection is given up (see [`tcp_options`]).
-pub(super) async fn dial(wire: Wire, login: Option<Call>, info: ConnectionInfo, timeout: Duration) {
+pub(super) async fn dial(
+    wire: Wire,
+    login: Option<Call>,
+    info: ConnectionInfo,
+    tls: Option<Tls>,
+    timeout: Duration,
+) {
     let connected = tokio::time::timeout(timeout, async {
-        wire.attach(stream(&info, timeout).await?);
+        wire.attach(stream(&info, tls.as_ref(), timeout).await?);
         if let Some(login) = login {
             for reply in login.await? {
                 reply.extract_error()?;
@@ -54,16 +59,23 @@ pub(super) fn login_commands(info: &ConnectionInfo) -> Vec<redis::Cmd> {
 }
 
 /// The byte stream to the master: TCP, with TLS for `rediss://`.
-async fn stream(info: &ConnectionInfo, stall: Duration) -> RedisResult<Box<dyn Stream>> {
-    let (host, port, tls) = match info.addr() {
-        ConnectionAddr::Tcp(host, port) => (host, *port, false),
-        ConnectionAddr::TcpTls {
-            host,
-            port,
-            insecure: false,
-            ..
-        } => (host, *port, true),
-        other => {
+async fn stream(
+    info: &ConnectionInfo,
+    tls: Option<&Tls>,
+    stall: Duration,
+) -> RedisResult<Box<dyn Stream>> {
+    let (host, port, tls) = match (info.addr(), tls) {
+        (ConnectionAddr::Tcp(host, port), _) => (host, *port, None),
+        (
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                ..
+            },
+            Some(tls),
+        ) => (host, *port, Some(tls)),
+        (other, _) => {
             return Err(RedisError::from((
                 ErrorKind::InvalidClientConfig,
                 "unsupported address",
@@ -73,16 +85,13 @@ async fn stream(info: &ConnectionInfo, stall: Duration) -> RedisResult<Box<dyn S
     };
     let tcp = TcpStream::connect((host.as_str(), port)).await?;
     tcp_options(&tcp, stall)?;
-    if !tls {
+    let Some(tls) = tls else {
         return Ok(Box::new(tcp));
-    }
+    };
     #[cfg(feature = "tls")]
-    return Ok(Box::new(handshake(host, tcp).await?));
+    return Ok(Box::new(tls.handshake(host, tcp).await?));
     #[cfg(not(feature = "tls"))]
-    return Err(RedisError::from((
-        ErrorKind::InvalidClientConfig,
-        "rediss:// needs redquorum's `tls` feature",
-    )));
+    match *tls {}
 }
 
 /// TCP options of every connection to a node: `stall` is the connect timeout, at least 1 s.
@@ -113,37 +122,4 @@ fn tcp_options(tcp: &TcpStream, stall: Duration) -> std::io::Result<()> {
     #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "fuchsia")))]
     let _ = stall;
     Ok(())
-}
-
-#[cfg(feature = "tls")]
-/// The TLS settings of every `rediss://` connection: the server's certificate must chain to
-/// one of the web's root authorities (webpki-roots), as redis-rs checks it.
-static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, rustls::Error>> = LazyLock::new(|| {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-});
-
-#[cfg(feature = "tls")]
-async fn handshake(
-    host: &str,
-    tcp: TcpStream,
-) -> RedisResult<tokio_rustls::client::TlsStream<TcpStream>> {
-    let name = rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|e| {
-        RedisError::from((
-            ErrorKind::InvalidClientConfig,
-            "not a TLS server name",
-            e.to_string(),
-        ))
-    })?;
-    let config = TLS
-        .as_ref()
-        .map_err(|e| RedisError::from((ErrorKind::InvalidClientConfig, "TLS", e.to_string())))?;
-    let connector = tokio_rustls::TlsConnector::from(config.clone());
-    Ok(connector.connect(name, tcp).await?)
 }

@@ -59,6 +59,7 @@ impl Node {
             info: self.client.get_connection_info().clone(),
             metrics: self.metrics.clone(),
             background: self.background.clone(),
+            tls: self.tls.clone(),
             timeout: self.settings.connect_timeout,
         }
     }
@@ -108,6 +109,7 @@ pub(crate) struct Dialer {
     info: redis::ConnectionInfo,
     metrics: std::sync::Arc<crate::metrics::NodeMetrics>,
     background: std::sync::Arc<super::detached::Background>,
+    tls: Option<super::Tls>,
     timeout: std::time::Duration,
 }
 
@@ -126,7 +128,13 @@ impl Dialer {
         );
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(dial(wire.clone(), login, self.info.clone(), self.timeout));
+                runtime.spawn(dial(
+                    wire.clone(),
+                    login,
+                    self.info.clone(),
+                    self.tls.clone(),
+                    self.timeout,
+                ));
             }
             Err(_) => wire.fail(std::io::Error::other("no Tokio runtime to connect on").into()),
         }

@@ -26,6 +26,8 @@ mod link;
 mod replies;
 mod resp;
 mod scripts;
+#[cfg(feature = "tls")]
+mod tls;
 mod view;
 mod wire;
 
@@ -46,8 +48,25 @@ pub(crate) use link::{Dialer, LinkId};
 pub(crate) use replies::{
     AcquireReply, DeploymentState, Info, ReleaseReply, config_value, is_durable,
 };
+#[cfg(feature = "tls")]
+pub(crate) use tls::Tls;
 pub(crate) use view::LockView;
 pub(crate) use wire::{Listening, Wire};
+
+/// Without the `tls` feature there are no TLS settings, and no `rediss://` node.
+#[cfg(not(feature = "tls"))]
+#[derive(Debug, Clone)]
+pub(crate) enum Tls {}
+
+#[cfg(not(feature = "tls"))]
+impl Tls {
+    pub(crate) fn from_settings(_: &crate::config::ClientSettings) -> Result<Self> {
+        Err(Error::invalid(
+            "node",
+            "rediss:// (TLS) needs the `tls` feature of redquorum, which this build leaves out",
+        ))
+    }
+}
 
 /// Settings a node needs from the client.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +97,8 @@ pub(crate) struct Node {
     metrics: Arc<NodeMetrics>,
     /// The client's detached futures (shared by its nodes).
     background: Arc<Background>,
+    /// For a `rediss://` node.
+    tls: Option<Tls>,
 }
 
 impl Node {
@@ -86,6 +107,7 @@ impl Node {
         url: &str,
         settings: NodeSettings,
         background: Arc<Background>,
+        tls: Option<&Tls>,
     ) -> Result<Self> {
         let shown = redact(url);
         let parsed = url::Url::parse(url).map_err(|e| {
@@ -106,15 +128,25 @@ impl Node {
         if parsed.host_str().is_none_or(str::is_empty) {
             return Err(Error::invalid("node", format!("{shown:?} has no host")));
         }
+        let tls = match (parsed.scheme(), tls) {
+            ("rediss", None) => {
+                return Err(Error::invalid(
+                    "node",
+                    format!("{shown:?} is rediss:// but the client has no TLS settings"),
+                ));
+            }
+            ("rediss", tls) => tls.cloned(),
+            _ => None,
+        };
         let client = redis::IntoConnectionInfo::into_connection_info(url)
             .and_then(|info| {
-                redis::Client::open(
-                    info.set_tcp_settings(subscription_tcp_settings(settings.connect_timeout)),
-                )
+                let info =
+                    info.set_tcp_settings(subscription_tcp_settings(settings.connect_timeout));
+                redis_client(info, tls.as_ref())
             })
             .map_err(|e| Error::invalid("node", format!("{shown:?} was rejected: {e}")))?;
         let addr = client.get_connection_info().addr().to_string();
-        if parsed.scheme() == "rediss" {
+        if tls.is_some() {
             // redis-rs brings rustls without a crypto provider; install one once. An error only
             // means a provider is installed already, which is as good.
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -129,6 +161,7 @@ impl Node {
             settings,
             loaded: AtomicU32::new(0),
             health: Mutex::new(Health::default()),
+            tls,
         })
     }
 
@@ -152,6 +185,24 @@ impl Node {
     pub(crate) fn record_timeout(&self, op: Operation) {
         self.metrics.failure(op, NodeFailureKind::Timeout.as_str());
     }
+}
+
+/// The redis-rs client for the connections it makes to a node (the deployment check's), which
+/// trusts the same authorities as the node's own connections.
+fn redis_client(
+    info: redis::ConnectionInfo,
+    tls: Option<&Tls>,
+) -> redis::RedisResult<redis::Client> {
+    #[cfg(feature = "tls")]
+    if let Some(pem) = tls.and_then(Tls::pem) {
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem.to_vec()),
+        };
+        return redis::Client::build_with_tls(info, certificates);
+    }
+    let _ = tls;
+    redis::Client::open(info)
 }
 
 /// TCP options of the connections redis-rs makes to a node (the release subscription, the
@@ -201,6 +252,13 @@ mod tests {
         }
     }
 
+    fn tls() -> Option<Tls> {
+        #[cfg(feature = "tls")]
+        return Tls::new(None).ok();
+        #[cfg(not(feature = "tls"))]
+        return None;
+    }
+
     #[test]
     fn passwords_never_show() {
         assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
@@ -210,15 +268,15 @@ mod tests {
 
     #[test]
     fn urls_are_checked() {
-        assert!(Node::new("redis://127.0.0.1:6379", settings(), Arc::default()).is_ok());
-        assert!(
-            Node::new(
-                "rediss://user:pw@example.com:6380/2",
-                settings(),
-                Arc::default()
-            )
-            .is_ok()
+        assert!(Node::new("redis://127.0.0.1:6379", settings(), Arc::default(), None).is_ok());
+        let rediss = Node::new(
+            "rediss://user:pw@example.com:6380/2",
+            settings(),
+            Arc::default(),
+            tls().as_ref(),
         );
+        // A TLS node needs the client's TLS settings, which need the `tls` feature.
+        assert_eq!(rediss.is_ok(), cfg!(feature = "tls"));
         for bad in [
             "",
             "127.0.0.1:6379",
@@ -227,13 +285,19 @@ mod tests {
             "redis://h:notaport",
             "unix:///tmp/s",
         ] {
-            let err = Node::new(bad, settings(), Arc::default()).unwrap_err();
+            let err = Node::new(bad, settings(), Arc::default(), None).unwrap_err();
             assert!(
                 matches!(err, Error::InvalidArgument { field: "node", .. }),
                 "{bad:?} gave {err}"
             );
         }
-        let err = Node::new("redis://u:hunter2@h:99999", settings(), Arc::default()).unwrap_err();
+        let err = Node::new(
+            "redis://u:hunter2@h:99999",
+            settings(),
+            Arc::default(),
+            None,
+        )
+        .unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 }

@@ -34,8 +34,19 @@ fn ports_in_use() -> std::sync::MutexGuard<'static, Vec<u16>> {
 #[derive(Debug)]
 struct LocalNode {
     port: u16,
+    /// The port it takes TLS connections on, when it does.
+    tls_port: Option<u16>,
     dir: PathBuf,
     child: Option<Child>,
+}
+
+/// The files of a set's TLS: its own certificate authority, and a certificate from it for
+/// `127.0.0.1` and `localhost` that every master of the set serves.
+#[derive(Debug)]
+struct TlsFiles {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
 }
 
 /// N local masters on loopback; all are killed when this is dropped.
@@ -46,6 +57,7 @@ pub struct LocalNodes {
     /// set no longer uses (a killed node's, say) can never talk to another set's server there.
     password: String,
     args: Vec<String>,
+    tls: Option<TlsFiles>,
     nodes: Vec<LocalNode>,
     // Last, so the processes are gone before their directories are removed.
     _root: tempfile::TempDir,
@@ -70,14 +82,35 @@ impl LocalNodes {
     ///
     /// As [`LocalNodes::start`].
     pub fn start_with(n: usize, extra_args: &[&str]) -> io::Result<Self> {
+        Self::start_inner(n, extra_args, false)
+    }
+
+    /// Starts `n` masters that take TLS connections too (see [`LocalNodes::tls_url`]), with a
+    /// certificate for `127.0.0.1` from a certificate authority of their own
+    /// ([`LocalNodes::ca_pem`]), made with `openssl`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LocalNodes::start`], and when `openssl` cannot make the certificates.
+    pub fn start_tls(n: usize) -> io::Result<Self> {
+        Self::start_inner(n, &[], true)
+    }
+
+    fn start_inner(n: usize, extra_args: &[&str], tls: bool) -> io::Result<Self> {
         let binary = find_redis_server()?;
         let root = tempfile::Builder::new()
             .prefix("redquorum-dev-")
             .tempdir()?;
+        let tls = if tls {
+            Some(make_certificates(root.path())?)
+        } else {
+            None
+        };
         let mut nodes = LocalNodes {
             binary,
             password: format!("{:032x}", rand::random::<u128>()),
             args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            tls,
             nodes: Vec::with_capacity(n),
             _root: root,
         };
@@ -111,6 +144,26 @@ impl LocalNodes {
             "redis://:{}@127.0.0.1:{}",
             self.password, self.nodes[i].port
         )
+    }
+
+    /// `rediss://:PASSWORD@127.0.0.1:PORT` of master `i`, on its TLS port; `None` unless the
+    /// masters were started with [`LocalNodes::start_tls`].
+    pub fn tls_url(&self, i: usize) -> Option<String> {
+        let port = self.nodes[i].tls_port?;
+        Some(format!("rediss://:{}@127.0.0.1:{port}", self.password))
+    }
+
+    /// The certificate (PEM) of the authority the masters' TLS certificates come from.
+    ///
+    /// # Errors
+    ///
+    /// When the masters take no TLS connections, or the file cannot be read.
+    pub fn ca_pem(&self) -> io::Result<Vec<u8>> {
+        let tls = self
+            .tls
+            .as_ref()
+            .ok_or_else(|| io::Error::other("masters started without TLS"))?;
+        std::fs::read(&tls.ca)
     }
 
     /// The port of master `i`.
@@ -163,10 +216,11 @@ impl LocalNodes {
     pub fn restart(&mut self, i: usize) -> io::Result<()> {
         self.kill(i)?;
         let port = self.nodes[i].port;
+        let tls_port = self.nodes[i].tls_port;
         let dir = self.nodes[i].dir.clone();
         // The port was just freed by our own process; no set of this process takes it (see
         // PORTS_IN_USE), and another process rarely draws the same one.
-        let child = self.spawn(port, &dir)?;
+        let child = self.spawn(port, tls_port, &dir)?;
         self.nodes[i].child = Some(child);
         Ok(())
     }
@@ -185,11 +239,17 @@ impl LocalNodes {
         let mut last = None;
         for _ in 0..5 {
             let port = free_port()?;
-            match self.spawn(port, &dir) {
+            let tls_port = match self.tls {
+                Some(_) => Some(free_port()?),
+                None => None,
+            };
+            match self.spawn(port, tls_port, &dir) {
                 Ok(child) => {
                     ports_in_use().push(port);
+                    ports_in_use().extend(tls_port);
                     return Ok(LocalNode {
                         port,
+                        tls_port,
                         dir,
                         child: Some(child),
                     });
@@ -200,9 +260,25 @@ impl LocalNodes {
         Err(last.unwrap_or_else(|| io::Error::other("could not start redis-server")))
     }
 
-    fn spawn(&self, port: u16, dir: &Path) -> io::Result<Child> {
+    fn spawn(&self, port: u16, tls_port: Option<u16>, dir: &Path) -> io::Result<Child> {
         let log = dir.join("redis.log");
-        let mut child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let (Some(tls), Some(tls_port)) = (&self.tls, tls_port) {
+            command
+                .args([
+                    "--tls-port",
+                    &tls_port.to_string(),
+                    "--tls-auth-clients",
+                    "no",
+                ])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca);
+        }
+        let mut child = command
             .args([
                 "--port",
                 &port.to_string(),
@@ -262,9 +338,102 @@ impl Drop for LocalNodes {
                 let _ = child.wait();
             }
         }
-        let mine: Vec<u16> = self.nodes.iter().map(|n| n.port).collect();
+        let mine: Vec<u16> = self
+            .nodes
+            .iter()
+            .flat_map(|n| std::iter::once(n.port).chain(n.tls_port))
+            .collect();
         ports_in_use().retain(|p| !mine.contains(p));
     }
+}
+
+/// Makes a certificate authority, and a certificate from it for `127.0.0.1` and `localhost`,
+/// in `dir`, with `openssl`.
+fn make_certificates(dir: &Path) -> io::Result<TlsFiles> {
+    let files = TlsFiles {
+        ca: dir.join("ca.crt"),
+        cert: dir.join("server.crt"),
+        key: dir.join("server.key"),
+    };
+    let (ca_key, csr, ext) = (
+        dir.join("ca.key"),
+        dir.join("server.csr"),
+        dir.join("server.ext"),
+    );
+    std::fs::write(&ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n")?;
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let run = |args: &[&std::ffi::OsStr]| -> io::Result<()> {
+        let out = Command::new("openssl")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "openssl: {e}; install it (Debian/Ubuntu: `apt-get install -y openssl`)"
+                    ),
+                )
+            })?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "openssl {:?} failed: {}",
+                args,
+                String::from_utf8_lossy(&out.stderr)
+            )))
+        }
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    let mut ca: Vec<&std::ffi::OsStr> = vec![os("req"), os("-x509")];
+    ca.extend(ec.iter().map(|a| os(a)));
+    ca.extend([
+        os("-days"),
+        os("2"),
+        os("-subj"),
+        os("/CN=redquorum test CA"),
+        os("-keyout"),
+        ca_key.as_os_str(),
+        os("-out"),
+        files.ca.as_os_str(),
+    ]);
+    run(&ca)?;
+    let mut req: Vec<&std::ffi::OsStr> = vec![os("req")];
+    req.extend(ec.iter().map(|a| os(a)));
+    req.extend([
+        os("-subj"),
+        os("/CN=127.0.0.1"),
+        os("-keyout"),
+        files.key.as_os_str(),
+        os("-out"),
+        csr.as_os_str(),
+    ]);
+    run(&req)?;
+    run(&[
+        os("x509"),
+        os("-req"),
+        os("-days"),
+        os("2"),
+        os("-in"),
+        csr.as_os_str(),
+        os("-CA"),
+        files.ca.as_os_str(),
+        os("-CAkey"),
+        ca_key.as_os_str(),
+        os("-CAcreateserial"),
+        os("-extfile"),
+        ext.as_os_str(),
+        os("-out"),
+        files.cert.as_os_str(),
+    ])?;
+    Ok(files)
 }
 
 /// Finds `redis-server`: [`REDIS_SERVER_ENV`] if set, else the first one on `PATH`.

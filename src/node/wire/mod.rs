@@ -23,6 +23,8 @@
 //! answered, are messages: [`Listening`] reads them.
 
 mod state;
+#[cfg(test)]
+mod tests;
 
 use std::future::Future;
 use std::pin::Pin;
