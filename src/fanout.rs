@@ -45,8 +45,11 @@ where
     let mut pending: Vec<Option<(usize, Pin<Box<Fut>>)>> = (0..nodes.len())
         .map(|i| Some((i, Box::pin(call(i)))))
         .collect();
-    let timer = tokio::time::sleep_until(deadline.into());
-    tokio::pin!(timer);
+    // On the client's watcher rather than a timer of the runtime's own (see `Deadlines`).
+    let mut timer = match nodes.first() {
+        Some(node) => node.deadlines().sleep_until(deadline),
+        None => return answers,
+    };
     let decided = std::future::poll_fn(|cx| {
         for slot in pending.iter_mut() {
             let Some((i, fut)) = slot else { continue };
@@ -64,7 +67,7 @@ where
         if pending.iter().all(Option::is_none) {
             return Poll::Ready(true);
         }
-        timer.as_mut().poll(cx).map(|()| false)
+        Pin::new(&mut timer).poll(cx).map(|()| false)
     })
     .await;
     if decided {

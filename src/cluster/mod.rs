@@ -16,8 +16,8 @@ pub(crate) use give_back::GiveBack;
 use crate::config::{ClientSettings, LockKind, limits, validate_name};
 use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
 use crate::fanout::fan_out;
-use crate::node::{Background, Node, NodeHealth, NodeSettings, Tls};
 use crate::node::{DeploymentKeys, Keys};
+use crate::node::{Node, NodeHealth, NodeSettings, Shared, Tls};
 use crate::quorum::{Decision, quorum};
 use crate::waiters::{Orphan, Waiters};
 
@@ -75,8 +75,6 @@ impl Cluster {
             verify_votes: settings.require_durable || settings.quarantine != Some(Duration::ZERO),
             require_durable: settings.require_durable,
         };
-        // The client's detached futures, which its tasks' calls on any node finish.
-        let background = Arc::new(Background::default());
         let tls = if settings.tls_root_certificates.is_some()
             || urls.iter().any(|url| {
                 url.get(..7)
@@ -86,8 +84,12 @@ impl Cluster {
         } else {
             None
         };
+        let shared = Shared {
+            tls,
+            ..Shared::default()
+        };
         for url in urls {
-            let node = Node::new(url, node_settings, background.clone(), tls.as_ref())?;
+            let node = Node::new(url, node_settings, &shared)?;
             if !seen.insert(node.addr().to_owned()) {
                 return Err(Error::invalid(
                     "node",
@@ -110,6 +112,26 @@ impl Cluster {
             highest_fence: AtomicU64::new(0),
             orphans: Mutex::new(Some(orphans)),
         }))
+    }
+
+    /// Done after `delay`, on the client's one timer rather than one of the runtime's own
+    /// (see `node::Deadlines`).
+    pub(crate) fn sleep(&self, delay: Duration) -> impl Future<Output = ()> + use<> {
+        self.sleep_until(Instant::now() + delay)
+    }
+
+    /// Done at `at` (see [`Cluster::sleep`]).
+    pub(crate) fn sleep_until(&self, at: Instant) -> impl Future<Output = ()> + use<> {
+        let sleep = self
+            .nodes
+            .first()
+            .map(|node| node.deadlines().sleep_until(at));
+        async move {
+            match sleep {
+                Some(sleep) => sleep.await,
+                None => tokio::time::sleep_until(at.into()).await,
+            }
+        }
     }
 
     /// How many nodes must agree: a strict majority.

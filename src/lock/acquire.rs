@@ -125,7 +125,7 @@ pub(crate) async fn acquire(
                     if let Some(woken) = woken {
                         tokio::select! {
                             () = woken => debug!("woken by a release"),
-                            () = tokio::time::sleep(fallback) => {}
+                            () = cluster.sleep(fallback) => {}
                         }
                     }
                 } else {
@@ -267,9 +267,9 @@ pub(crate) async fn acquire(
                 // lost messages and masters whose subscription is down.
                 Some(woken) => tokio::select! {
                     () = woken => debug!("woken by a release"),
-                    () = tokio::time::sleep(delay) => {}
+                    () = cluster.sleep(delay) => {}
                 },
-                None => tokio::time::sleep(delay).await,
+                None => cluster.sleep(delay).await,
             }
         }
     }

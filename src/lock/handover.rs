@@ -88,7 +88,7 @@ pub(super) async fn handed_over(
         if late.is_empty() {
             tokio::select! {
                 _ = woken => {}
-                () = tokio::time::sleep_until(until.into()) => {}
+                () = cluster.sleep_until(until) => {}
             }
         }
         grants.extend(late);

@@ -158,7 +158,7 @@ impl<'a> Queued<'a> {
         };
         let cluster = cluster.clone();
         runtime.spawn(async move {
-            tokio::time::sleep(LATE_HANDOVER_GRACE).await;
+            cluster.sleep(LATE_HANDOVER_GRACE).await;
             let mut selected = selected;
             for i in cluster.waiters.heard_late_on(&token) {
                 if let Some(on) = selected.get_mut(i) {

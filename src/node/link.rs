@@ -58,7 +58,7 @@ impl Node {
         Dialer {
             info: self.client.get_connection_info().clone(),
             metrics: self.metrics.clone(),
-            background: self.background.clone(),
+            background: self.shared.background.clone(),
             tls: self.tls.clone(),
             timeout: self.settings.connect_timeout,
         }

@@ -18,6 +18,7 @@
 //! never counted before its new uptime is known, at no extra round trip.
 
 mod calls;
+mod deadlines;
 mod detached;
 mod dial;
 mod health;
@@ -39,6 +40,7 @@ use crate::error::{Error, NodeFailureKind, Operation, Result};
 use crate::metrics::NodeMetrics;
 
 pub(crate) use calls::{Place, Proposal, Terms};
+pub(crate) use deadlines::Deadlines;
 pub(crate) use detached::Background;
 use health::Health;
 pub use health::NodeHealth;
@@ -95,20 +97,24 @@ pub(crate) struct Node {
     loaded: AtomicU32,
     health: Mutex<Health>,
     metrics: Arc<NodeMetrics>,
-    /// The client's detached futures (shared by its nodes).
-    background: Arc<Background>,
+    /// What the client's nodes share.
+    shared: Shared,
     /// For a `rediss://` node.
     tls: Option<Tls>,
 }
 
+/// What the nodes of one client share: its detached futures, its deadlines, and its TLS
+/// settings.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Shared {
+    pub(crate) background: Arc<Background>,
+    pub(crate) deadlines: Arc<Deadlines>,
+    pub(crate) tls: Option<Tls>,
+}
+
 impl Node {
     /// Parses and checks a node URL; nothing is connected.
-    pub(crate) fn new(
-        url: &str,
-        settings: NodeSettings,
-        background: Arc<Background>,
-        tls: Option<&Tls>,
-    ) -> Result<Self> {
+    pub(crate) fn new(url: &str, settings: NodeSettings, shared: &Shared) -> Result<Self> {
         let shown = redact(url);
         let parsed = url::Url::parse(url).map_err(|e| {
             Error::invalid(
@@ -128,7 +134,7 @@ impl Node {
         if parsed.host_str().is_none_or(str::is_empty) {
             return Err(Error::invalid("node", format!("{shown:?} has no host")));
         }
-        let tls = match (parsed.scheme(), tls) {
+        let tls = match (parsed.scheme(), shared.tls.as_ref()) {
             ("rediss", None) => {
                 return Err(Error::invalid(
                     "node",
@@ -153,7 +159,7 @@ impl Node {
         }
         Ok(Node {
             metrics: Arc::new(NodeMetrics::new(&addr)),
-            background,
+            shared: shared.clone(),
             addr,
             client,
             link: Mutex::new(None),
@@ -178,7 +184,12 @@ impl Node {
     /// The client's detached futures: work on this node that finishes after its caller moved
     /// on (see [`Background::detach`]).
     pub(crate) fn background(&self) -> &Arc<Background> {
-        &self.background
+        &self.shared.background
+    }
+
+    /// The client's deadlines (see [`Deadlines`]).
+    pub(crate) fn deadlines(&self) -> &Arc<Deadlines> {
+        &self.shared.deadlines
     }
 
     /// Records a call that the caller gave up on at its deadline.
@@ -268,13 +279,12 @@ mod tests {
 
     #[test]
     fn urls_are_checked() {
-        assert!(Node::new("redis://127.0.0.1:6379", settings(), Arc::default(), None).is_ok());
-        let rediss = Node::new(
-            "rediss://user:pw@example.com:6380/2",
-            settings(),
-            Arc::default(),
-            tls().as_ref(),
-        );
+        assert!(Node::new("redis://127.0.0.1:6379", settings(), &Shared::default()).is_ok());
+        let with_tls = Shared {
+            tls: tls(),
+            ..Shared::default()
+        };
+        let rediss = Node::new("rediss://user:pw@example.com:6380/2", settings(), &with_tls);
         // A TLS node needs the client's TLS settings, which need the `tls` feature.
         assert_eq!(rediss.is_ok(), cfg!(feature = "tls"));
         for bad in [
@@ -285,19 +295,14 @@ mod tests {
             "redis://h:notaport",
             "unix:///tmp/s",
         ] {
-            let err = Node::new(bad, settings(), Arc::default(), None).unwrap_err();
+            let err = Node::new(bad, settings(), &Shared::default()).unwrap_err();
             assert!(
                 matches!(err, Error::InvalidArgument { field: "node", .. }),
                 "{bad:?} gave {err}"
             );
         }
-        let err = Node::new(
-            "redis://u:hunter2@h:99999",
-            settings(),
-            Arc::default(),
-            None,
-        )
-        .unwrap_err();
+        let err =
+            Node::new("redis://u:hunter2@h:99999", settings(), &Shared::default()).unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 }

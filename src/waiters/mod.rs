@@ -188,16 +188,29 @@ impl Waiters {
     /// The grants heard for `waiter` since it last took them, reading first what the
     /// subscriptions have brought (a waiter reads them itself only while it waits).
     pub(crate) fn take_grants(&self, waiter: &str) -> Vec<Grant> {
-        if let Some((subscriptions, _)) = self.subscriptions.get() {
-            let mut cx = std::task::Context::from_waker(Waker::noop());
-            let mut wake = Vec::new();
-            for (node, mut listening) in subscriptions.read_now() {
-                let heard = listening.poll_heard(&mut cx);
-                subscription::deliver_all(&self.state, node, heard.messages, &mut wake);
-            }
-            wake.into_iter().for_each(Waker::wake);
-        }
+        self.read_now();
         self.state.take_grants(waiter)
+    }
+
+    /// The masters whose grant of the lock taken with handoff token `token` was heard only
+    /// after the waiter had taken it, reading first what the subscriptions have brought.
+    pub(crate) fn heard_late_on(&self, token: &str) -> Vec<usize> {
+        self.read_now();
+        self.state.heard_late_on(token)
+    }
+
+    /// Reads what the subscriptions have brought, without waiting, and delivers it.
+    fn read_now(&self) {
+        let Some((subscriptions, _)) = self.subscriptions.get() else {
+            return;
+        };
+        let mut cx = std::task::Context::from_waker(Waker::noop());
+        let mut wake = Vec::new();
+        for (node, mut listening) in subscriptions.listen() {
+            let heard = listening.poll_heard(&mut cx);
+            subscription::deliver_all(&self.state, node, heard.messages, &mut wake);
+        }
+        wake.into_iter().for_each(Waker::wake);
     }
 
     /// Listens for the next release that names `waiter`: the returned future is done when

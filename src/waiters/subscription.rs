@@ -4,17 +4,16 @@
 //! A waiter reads the subscriptions itself while it waits (see `woken.rs`), so that a release's
 //! messages wake the waiter they are for, and no task in between. When no waiter reads, the
 //! keeper does: so that a grant for a waiter that is gone is given back at once rather than
-//! left until its TTL. It takes the reading whenever it looks and no one reads, which it does
-//! every [`LOOK_EVERY`] while waiters come and go, and then stays the reader until a waiter
-//! listens again (which wakes it, see [`Subscriptions::note_listening`]).
+//! left until its TTL. The last waiter to stop reading leaves the keeper's waker with the
+//! socket rather than wake it (see `node/wire/state`): the keeper is woken only when something
+//! comes that no waiter reads.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, Weak};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use redis::Value;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use super::{Grant, State};
 use crate::node::{Dialer, Listening, Wire};
@@ -22,10 +21,6 @@ use crate::node::{Dialer, Listening, Wire};
 /// Pause before making a subscription again after it failed, doubled up to the maximum.
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
-/// How often the keeper looks, while waiters listen, for subscriptions nobody reads.
-const LOOK_EVERY: Duration = Duration::from_millis(50);
-/// How long after the last waiter listened the keeper goes on looking.
-const LINGER: Duration = Duration::from_secs(1);
 
 /// Reads a message from master `node`: `<waiter id>`, or `<waiter id> <token> <fence> <lock
 /// key>` when the release handed the lock to the waiter there. Ids and tokens have no spaces;
@@ -104,12 +99,6 @@ pub(super) struct Subscriptions {
     wires: Vec<Mutex<Option<Wire>>>,
     /// How many are subscribed and read.
     ready: watch::Sender<usize>,
-    /// When a waiter last listened, in milliseconds since `epoch`.
-    last_listened: AtomicU64,
-    epoch: Instant,
-    /// Whether the keeper reads until a waiter listens, without looking on its own.
-    keeper_reads_alone: AtomicBool,
-    wake_keeper: Notify,
 }
 
 impl Subscriptions {
@@ -117,21 +106,11 @@ impl Subscriptions {
         Subscriptions {
             wires: (0..masters).map(|_| Mutex::new(None)).collect(),
             ready: watch::channel(0).0,
-            last_listened: AtomicU64::new(0),
-            epoch: Instant::now(),
-            keeper_reads_alone: AtomicBool::new(false),
-            wake_keeper: Notify::new(),
         }
     }
 
-    /// A listener on each subscription that is up, by master.
+    /// A waiter's listener on each subscription that is up, by master.
     pub(super) fn listen(&self) -> Vec<(usize, Listening)> {
-        self.note_listening();
-        self.read_now()
-    }
-
-    /// A listener on each subscription that is up, to read once what has come, by master.
-    pub(super) fn read_now(&self) -> Vec<(usize, Listening)> {
         self.wires
             .iter()
             .enumerate()
@@ -140,20 +119,6 @@ impl Subscriptions {
                 wire.as_ref().map(|w| (i, w.listen(false)))
             })
             .collect()
-    }
-
-    /// A waiter listens: the keeper is to look again once it stops.
-    fn note_listening(&self) {
-        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_listened.store(now, Ordering::SeqCst);
-        if self.keeper_reads_alone.swap(false, Ordering::SeqCst) {
-            self.wake_keeper.notify_one();
-        }
-    }
-
-    fn listened_lately(&self) -> bool {
-        let last = Duration::from_millis(self.last_listened.load(Ordering::SeqCst));
-        self.epoch.elapsed().saturating_sub(last) < LINGER
     }
 
     /// How many subscriptions are up.
@@ -215,8 +180,6 @@ pub(super) async fn keep(
                         if now.duration_since(k.made_at) > RESUBSCRIBE_MAX {
                             k.pause = RESUBSCRIBE_MIN;
                         }
-                    } else {
-                        next_retry = Some(now + LOOK_EVERY);
                     }
                 }
                 _ if now >= k.retry_at => {
@@ -229,7 +192,6 @@ pub(super) async fn keep(
                     k.made_at = now;
                     k.retry_at = now + k.pause;
                     k.pause = (k.pause * 2).min(RESUBSCRIBE_MAX);
-                    next_retry = Some(now + LOOK_EVERY);
                 }
                 _ => next_retry = Some(next_retry.map_or(k.retry_at, |t| t.min(k.retry_at))),
             }
@@ -239,23 +201,12 @@ pub(super) async fn keep(
             *n = ready;
             changed
         });
-        // Look again soon while waiters come and go; otherwise read alone until one listens.
-        let reads_alone = !subscriptions.listened_lately();
-        subscriptions
-            .keeper_reads_alone
-            .store(reads_alone, Ordering::SeqCst);
-        let reads_alone = reads_alone && !subscriptions.listened_lately();
-        let look_at = if reads_alone {
-            next_retry
-        } else {
-            Some(next_retry.map_or(now + LOOK_EVERY, |t| t.min(now + LOOK_EVERY)))
-        };
-        let sleep =
-            tokio::time::sleep_until(look_at.unwrap_or(now + Duration::from_secs(3600)).into());
-        let notified = subscriptions.wake_keeper.notified();
+        // Woken by what comes (messages nobody else reads, a connection that opens or breaks);
+        // a timer only to make a failed subscription again.
+        let retry = next_retry.map(|at| tokio::time::sleep_until(at.into()));
         // The client's end of `alive` is dropped with the client.
         let dropped = alive.changed();
-        tokio::pin!(sleep, notified, dropped);
+        tokio::pin!(retry, dropped);
         let stop = std::future::poll_fn(|cx| {
             let Some(state) = state.upgrade() else {
                 return Poll::Ready(true);
@@ -277,8 +228,20 @@ pub(super) async fn keep(
             if let Poll::Ready(Err(_)) = dropped.as_mut().poll(cx) {
                 return Poll::Ready(true);
             }
-            if broken || notified.as_mut().poll(cx).is_ready() || sleep.as_mut().poll(cx).is_ready()
-            {
+            let retry_due = retry
+                .as_mut()
+                .as_pin_mut()
+                .is_some_and(|retry| retry.poll(cx).is_ready());
+            // A subscription that came up since is counted on the next round.
+            let up = subscriptions
+                .wires
+                .iter()
+                .filter(|slot| {
+                    let wire = slot.lock().unwrap_or_else(PoisonError::into_inner);
+                    wire.as_ref().is_some_and(Wire::is_open)
+                })
+                .count();
+            if broken || retry_due || up != ready {
                 return Poll::Ready(false);
             }
             Poll::Pending

@@ -319,7 +319,8 @@ impl State {
 
     /// Wakes the one who should read next, unless someone reads: a task's call, else a task's
     /// listener, else a detached call (never `except`). A subscription's keeper is not woken:
-    /// it looks by itself (see `waiters/subscription.rs`).
+    /// it is made the reader with its waker left with the socket, which wakes it when more
+    /// comes (or woken at once if something has come already).
     fn wake_next(&mut self, except: Option<u64>) {
         if self.reader.is_some() {
             return;
@@ -342,6 +343,20 @@ impl State {
             self.to_wake.extend(l.waker.clone());
         } else if let Some(i) = calls(true) {
             self.to_wake.extend(self.waiting[i].waker.take());
+        } else if let Some((id, waker)) = self
+            .listeners
+            .iter()
+            .find(|l| l.background && Some(l.id) != except)
+            .and_then(|l| Some((l.id, l.waker.clone()?)))
+        {
+            self.reader = Some(Reader {
+                id,
+                background: true,
+            });
+            let before = self.messages.len();
+            if self.read(&mut Context::from_waker(&waker), id) || self.messages.len() > before {
+                self.to_wake.push(waker);
+            }
         }
     }
 }
