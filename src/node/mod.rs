@@ -1,13 +1,14 @@
-//! One Redis master: its address, a lazily built multiplexed connection, the Lua scripts, and
-//! what the client knows of its health (uptime, persistence, deployment marker, quarantine).
+//! One Redis master: its address, its connection, the Lua scripts, and what the client knows
+//! of its health (uptime, persistence, deployment marker, quarantine).
 //!
 //! A node never waits on its own: the caller (the fan-out) puts a deadline on every call.
-//! The connection is a redis-rs multiplexed connection made on first use and made again, on
-//! the next call, after it fails; the connect runs in the background with a bounded time, so
-//! a node that is down at start-up blocks nothing and a reconnecting node costs a call no
-//! more than its deadline. The connection is managed here rather than by redis-rs's
-//! `ConnectionManager`, which reconnects silently (with RESP3, without any call failing): a
-//! reconnect must be seen, since the master behind the new connection may have restarted.
+//! The connection (`wire`) is written and read by the tasks that call it, with no task of its
+//! own; it is made on first use and made again, on the next call, once it is broken. The
+//! connect runs in the background with a bounded time, and commands sent meanwhile go out in
+//! order once it is up, so a node that is down at start-up blocks nothing and a reconnecting
+//! node costs a call no more than its deadline. A reconnect is always seen (a new connection
+//! has a new number), since the master behind the new connection may have restarted. redis-rs
+//! packs the commands and parses the replies; its own connections serve the deployment check.
 //!
 //! Health is read with `INFO` (and `CONFIG GET appendfsync` where allowed) pipelined in front
 //! of a script call: on every new connection, after a `NOSCRIPT` answer, and when the last
