@@ -23,6 +23,10 @@ pub(crate) struct Config {
     /// Count only durable nodes.
     #[serde(default)]
     pub(crate) require_durable: Option<bool>,
+    /// A PEM file of the authorities that `rediss://` nodes' certificates must chain to,
+    /// instead of the web's root authorities.
+    #[serde(default)]
+    pub(crate) tls_ca: Option<PathBuf>,
     /// `serve`: the API's address.
     #[serde(default)]
     pub(crate) listen: Option<SocketAddr>,

@@ -89,6 +89,10 @@ struct NodeArgs {
     /// Count only nodes that run AOF with appendfsync always.
     #[arg(long, env = "REDQUORUM_REQUIRE_DURABLE")]
     require_durable: bool,
+    /// A PEM file of the certificate authorities that rediss:// nodes' certificates must chain
+    /// to (a private CA), instead of the web's root authorities.
+    #[arg(long, env = "REDQUORUM_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
 }
 
 impl NodeArgs {
@@ -117,6 +121,11 @@ impl NodeArgs {
         }
         if let Some(period) = self.quarantine.or(config.quarantine) {
             builder = builder.quarantine(period);
+        }
+        if let Some(path) = self.tls_ca.as_ref().or(config.tls_ca.as_ref()) {
+            let pem =
+                std::fs::read(path).map_err(|e| format!("--tls-ca {}: {e}", path.display()))?;
+            builder = builder.tls_root_certificates(pem);
         }
         Ok(builder)
     }
