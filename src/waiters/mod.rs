@@ -226,11 +226,11 @@ impl Waiters {
         Woken {
             state: self.state.clone(),
             waiter: waiter.to_owned(),
-            listening: self
+            subscriptions: self
                 .subscriptions
                 .get()
-                .map(|(subscriptions, _)| subscriptions.listen())
-                .unwrap_or_default(),
+                .map(|(subscriptions, _)| subscriptions.clone()),
+            listening: None,
         }
     }
 }

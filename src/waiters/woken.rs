@@ -7,15 +7,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::State;
-use super::subscription::deliver_all;
+use super::subscription::{Subscriptions, deliver_all};
 use crate::node::Listening;
 
 /// Done when a master names the waiter after [`Waiters::listen`](super::Waiters::listen).
 pub(crate) struct Woken {
     pub(super) state: Arc<State>,
     pub(super) waiter: String,
-    /// A listener on each subscription that was up, with its master's number.
-    pub(super) listening: Vec<(usize, Listening)>,
+    pub(super) subscriptions: Option<Arc<Subscriptions>>,
+    /// A listener on each subscription that was up, with its master's number, from the first
+    /// poll on: a waiter whose attempt takes the lock never waits, and never reads.
+    pub(super) listening: Option<Vec<(usize, Listening)>>,
 }
 
 impl Future for Woken {
@@ -23,8 +25,15 @@ impl Future for Woken {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
+        let subscriptions = &this.subscriptions;
+        let listening = this.listening.get_or_insert_with(|| {
+            subscriptions
+                .as_ref()
+                .map(|s| s.listen())
+                .unwrap_or_default()
+        });
         let mut wake = Vec::new();
-        for (node, listening) in &mut this.listening {
+        for (node, listening) in listening {
             let heard = listening.poll_heard(cx);
             deliver_all(&this.state, *node, heard.messages, &mut wake);
         }
