@@ -88,7 +88,8 @@ where
 }
 
 /// Sends `call` to every node and returns without waiting for the answers, which are
-/// awaited in the background (see [`Background::detach`](crate::node::Background::detach)): each command is sent before this returns.
+/// awaited in the background (see [`Background::detach`](crate::node::Background::detach)):
+/// each command is sent before this returns.
 pub(crate) fn send_and_detach<F, Fut>(nodes: &[Node], deadline: Instant, call: F) -> Sent
 where
     F: Fn(usize) -> Fut,
