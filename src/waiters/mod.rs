@@ -10,7 +10,8 @@
 //! the waiter id, to wake it. So one release reaches one waiter in all the clients (waking all
 //! would send every waiter at the nodes for a lock only one may take), and no other client
 //! even hears of it. Each client keeps one subscription per master, shared by all of its
-//! waiters and started on the first wait.
+//! waiters and started on the first wait; a waiting task reads them itself (`woken.rs`), and
+//! the client's keeper reads them when no waiter does (`subscription.rs`).
 //!
 //! A waiter collects the grants and takes the lock once a quorum of masters has handed it
 //! over (`handed_over` in `lock/acquire.rs`). A wake-up alone makes it retry at once, and the
