@@ -10,20 +10,17 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use futures::task::AtomicWaker;
+use super::on_demand::{OnDemand, Running};
 
 /// The deadlines of one client.
 #[derive(Debug, Default)]
 pub(crate) struct Deadlines {
     inner: Mutex<Inner>,
-    watcher: AtomicWaker,
-    /// Whether the watcher task is spawned (and not yet dropped with its runtime).
-    watcher_spawned: AtomicBool,
+    watcher: OnDemand,
 }
 
 #[derive(Debug, Default)]
@@ -52,26 +49,20 @@ impl Deadlines {
             deadlines: self.clone(),
             at,
             id: None,
+            waker: None,
         }
     }
 
     fn wake_watcher(self: &Arc<Self>) {
-        if !self.watcher_spawned.swap(true, Ordering::AcqRel) {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn(watch(Arc::downgrade(self)));
-                }
-                Err(_) => self.watcher_spawned.store(false, Ordering::Release),
-            }
-        }
-        self.watcher.wake();
+        let weak = Arc::downgrade(self);
+        self.watcher.wake(|| watch(weak));
     }
 }
 
 impl Drop for Deadlines {
     fn drop(&mut self) {
         // The watcher, if any, finds the client gone and ends.
-        self.watcher.wake();
+        self.watcher.nudge();
     }
 }
 
@@ -80,8 +71,10 @@ impl Drop for Deadlines {
 pub(crate) struct Sleep {
     deadlines: Arc<Deadlines>,
     at: Instant,
-    /// Its place among the waiting, once it has one.
+    /// Its place among the waiting, once it has one, and the waker left there: polled again
+    /// by the same task (each answer to a vote polls its deadline), it needs no lock.
     id: Option<u64>,
+    waker: Option<Waker>,
 }
 
 impl Future for Sleep {
@@ -93,6 +86,10 @@ impl Future for Sleep {
             return Poll::Ready(());
         }
         let this = &mut *self;
+        if this.id.is_some() && this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            return Poll::Pending;
+        }
+        this.waker = Some(cx.waker().clone());
         let at = this.at;
         let mut inner = lock(&this.deadlines.inner);
         match this
@@ -148,16 +145,7 @@ impl Drop for Sleep {
 /// The watcher: wakes every sleep whose instant has come, with one timer set for the earliest
 /// of the others, until the client is gone.
 async fn watch(deadlines: Weak<Deadlines>) {
-    /// Should the task be dropped with its runtime, the next sleep spawns another.
-    struct Spawned(Weak<Deadlines>);
-    impl Drop for Spawned {
-        fn drop(&mut self) {
-            if let Some(deadlines) = self.0.upgrade() {
-                deadlines.watcher_spawned.store(false, Ordering::Release);
-            }
-        }
-    }
-    let _spawned = Spawned(deadlines.clone());
+    let mut running = Running::new(deadlines.clone(), |d: &Deadlines| &d.watcher);
     let timer = tokio::time::sleep_until(Instant::now().into());
     tokio::pin!(timer);
     // The instant the timer is set for.
@@ -165,6 +153,7 @@ async fn watch(deadlines: Weak<Deadlines>) {
     std::future::poll_fn(|cx| {
         loop {
             let Some(deadlines) = deadlines.upgrade() else {
+                running.ended = true;
                 return Poll::Ready(());
             };
             deadlines.watcher.register(cx.waker());
@@ -244,6 +233,6 @@ mod tests {
         let deadlines = Arc::new(Deadlines::default());
         let mut sleep = deadlines.sleep_until(Instant::now());
         assert!(futures::poll!(&mut sleep).is_ready());
-        assert!(!deadlines.watcher_spawned.load(Ordering::SeqCst));
+        assert!(!deadlines.watcher.is_spawned());
     }
 }

@@ -19,8 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
 
-use futures::task::AtomicWaker;
 use tokio::sync::oneshot;
+
+use super::on_demand::{OnDemand, Running};
 
 type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -63,9 +64,7 @@ pub(crate) struct Background {
     any_ready: AtomicBool,
     /// Detached futures not finished yet: the poller ends when there are none.
     unfinished: AtomicUsize,
-    poller: AtomicWaker,
-    /// Whether the poller task is spawned (and not yet dropped with its runtime).
-    poller_spawned: AtomicBool,
+    poller: OnDemand,
 }
 
 /// One detached future.
@@ -100,25 +99,13 @@ impl Wake for Detached {
         // detached future; a wake-up from anywhere else (the I/O driver, for a detached call
         // left reading a quiet connection) needs the poller.
         if polling() == Polling::Task {
-            background.wake_poller();
+            let weak = Arc::downgrade(&background);
+            background.poller.wake(|| poller(weak));
         }
     }
 }
 
 impl Background {
-    fn wake_poller(self: &Arc<Self>) {
-        if !self.poller_spawned.swap(true, Ordering::AcqRel) {
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => {
-                    runtime.spawn(poller(Arc::downgrade(self)));
-                }
-                // No runtime to spawn on: the next task's call on a connection polls it.
-                Err(_) => self.poller_spawned.store(false, Ordering::Release),
-            }
-        }
-        self.poller.wake();
-    }
-
     /// Polls every detached future that is ready, until none is.
     pub(super) fn run_ready(&self) {
         if !self.any_ready.load(Ordering::Acquire) || polling() == Polling::Detached {
@@ -169,7 +156,7 @@ impl Background {
 impl Drop for Background {
     fn drop(&mut self) {
         // The poller, if any, finds the client gone and ends.
-        self.poller.wake();
+        self.poller.nudge();
     }
 }
 
@@ -206,39 +193,21 @@ impl Drop for Detached {
 /// none is left unfinished (the next wake-up from the I/O driver starts another), or the client
 /// is gone.
 async fn poller(background: Weak<Background>) {
-    /// Should the task be dropped with its runtime, the next wake-up spawns another.
-    struct Spawned {
-        background: Weak<Background>,
-        ended: bool,
-    }
-    impl Drop for Spawned {
-        fn drop(&mut self) {
-            if let (false, Some(background)) = (self.ended, self.background.upgrade()) {
-                background.poller_spawned.store(false, Ordering::Release);
-            }
-        }
-    }
-    let mut spawned = Spawned {
-        background: background.clone(),
-        ended: false,
-    };
+    let mut running = Running::new(background.clone(), |b: &Background| &b.poller);
     std::future::poll_fn(|cx| {
         let Some(background) = background.upgrade() else {
-            spawned.ended = true;
+            running.ended = true;
             return Poll::Ready(());
         };
         background.poller.register(cx.waker());
         background.run_ready();
-        if background.unfinished.load(Ordering::Acquire) == 0 {
-            background.poller_spawned.store(false, Ordering::Release);
-            // Work that came between the look and the store found a poller and spawned none:
-            // this one goes on, unless another was spawned since.
-            let idle = background.unfinished.load(Ordering::Acquire) == 0
-                && !background.any_ready.load(Ordering::Acquire);
-            if idle || background.poller_spawned.swap(true, Ordering::AcqRel) {
-                spawned.ended = true;
-                return Poll::Ready(());
-            }
+        let idle = || {
+            background.unfinished.load(Ordering::Acquire) == 0
+                && !background.any_ready.load(Ordering::Acquire)
+        };
+        if idle() && background.poller.end_if(idle) {
+            running.ended = true;
+            return Poll::Ready(());
         }
         Poll::Pending
     })
@@ -307,10 +276,7 @@ mod tests {
         });
         assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert!(finished.try_recv().is_ok(), "done, and said so");
-        assert!(
-            !background.poller_spawned.load(Ordering::SeqCst),
-            "no task was needed"
-        );
+        assert!(!background.poller.is_spawned(), "no task was needed");
     }
 
     #[tokio::test]
@@ -341,7 +307,7 @@ mod tests {
         }
         tokio::task::yield_now().await;
         assert!(
-            background.poller_spawned.load(Ordering::SeqCst),
+            background.poller.is_spawned(),
             "the future is left unfinished"
         );
         let weak = Arc::downgrade(&background);
@@ -360,7 +326,7 @@ mod tests {
             w.wake();
         }
         tokio::task::yield_now().await;
-        assert!(background.poller_spawned.load(Ordering::SeqCst));
+        assert!(background.poller.is_spawned());
         open.store(true, Ordering::SeqCst);
         if let Some(w) = lock(&waker).take() {
             w.wake();
@@ -372,6 +338,6 @@ mod tests {
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
-        assert!(!background.poller_spawned.load(Ordering::SeqCst));
+        assert!(!background.poller.is_spawned());
     }
 }

@@ -9,10 +9,9 @@ use tokio::net::TcpStream;
 use super::Tls;
 use super::wire::{Call, Stream, Wire};
 
-/// Connects `wire` to the master `info` names, for at most `timeout`, and logs in: `login`
-/// is the call of [`login_commands`], sent on `wire` first. The connection is broken if any
-/// of it fails; `timeout` is also how long sent bytes may go unacknowledged before the
-/// connection is given up (see [`tcp_options`]).
+/// Connects `wire` to the master `info` names, with `info`'s TCP options, for at most
+/// `timeout`, and logs in: `login` is the call of [`login_commands`], sent on `wire` first.
+/// The connection is broken if any of it fails.
 pub(super) async fn dial(
     wire: Wire,
     login: Option<Call>,
@@ -21,7 +20,7 @@ pub(super) async fn dial(
     timeout: Duration,
 ) {
     let connected = tokio::time::timeout(timeout, async {
-        wire.attach(stream(&info, tls.as_ref(), timeout).await?);
+        wire.attach(stream(&info, tls.as_ref()).await?);
         if let Some(login) = login {
             for reply in login.await? {
                 reply.extract_error()?;
@@ -59,11 +58,7 @@ pub(super) fn login_commands(info: &ConnectionInfo) -> Vec<redis::Cmd> {
 }
 
 /// The byte stream to the master: TCP, with TLS for `rediss://`.
-async fn stream(
-    info: &ConnectionInfo,
-    tls: Option<&Tls>,
-    stall: Duration,
-) -> RedisResult<Box<dyn Stream>> {
+async fn stream(info: &ConnectionInfo, tls: Option<&Tls>) -> RedisResult<Box<dyn Stream>> {
     let (host, port, tls) = match (info.addr(), tls) {
         (ConnectionAddr::Tcp(host, port), _) => (host, *port, None),
         (
@@ -84,7 +79,7 @@ async fn stream(
         }
     };
     let tcp = TcpStream::connect((host.as_str(), port)).await?;
-    tcp_options(&tcp, stall)?;
+    tcp_options(&tcp, info.tcp_settings())?;
     let Some(tls) = tls else {
         return Ok(Box::new(tcp));
     };
@@ -94,32 +89,41 @@ async fn stream(
     match *tls {}
 }
 
-/// TCP options of every connection to a node: `stall` is the connect timeout, at least 1 s.
-///
-/// Commands and replies are small writes that someone waits for: Nagle's algorithm would hold
-/// one back while an earlier one is unacknowledged.
-///
-/// A node cut off by the network neither answers nor says so: the commands sent sit in the
-/// socket while TCP resends them at ever longer intervals, and after the network comes back the
-/// connection can stay silent for seconds more. Commands past their deadline do not close it,
-/// and must not: a paused node runs the commands it was sent when it resumes, the release
-/// after the grant. `TCP_USER_TIMEOUT` closes it once sent bytes have gone unacknowledged by
-/// the node's kernel (which acknowledges for a paused process too) for `stall`, and the next
-/// command connects anew; keepalive probes do the same for a connection that only listens.
-fn tcp_options(tcp: &TcpStream, stall: Duration) -> std::io::Result<()> {
-    tcp.set_nodelay(true)?;
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
-    {
-        let stall = stall.max(Duration::from_secs(1));
-        let socket = redis::io::tcp::socket2::SockRef::from(tcp);
-        socket.set_tcp_user_timeout(Some(stall))?;
-        socket.set_tcp_keepalive(
-            &redis::io::tcp::socket2::TcpKeepalive::new()
-                .with_time(stall)
-                .with_interval(stall),
-        )?;
+/// Sets the node's TCP options (see [`tcp_settings`](super::tcp_settings)) on `tcp`.
+fn tcp_options(tcp: &TcpStream, settings: &redis::io::tcp::TcpSettings) -> std::io::Result<()> {
+    tcp.set_nodelay(settings.nodelay())?;
+    let socket = redis::io::tcp::socket2::SockRef::from(tcp);
+    if let Some(keepalive) = settings.keepalive() {
+        socket.set_tcp_keepalive(keepalive)?;
     }
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "fuchsia")))]
-    let _ = stall;
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    if let Some(stall) = settings.user_timeout() {
+        socket.set_tcp_user_timeout(Some(stall))?;
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_nodes_tcp_options_are_set_on_its_sockets() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        tcp_options(&tcp, &super::super::tcp_settings(Duration::from_secs(2))).unwrap();
+        assert!(tcp.nodelay().unwrap());
+        #[cfg(target_os = "linux")]
+        {
+            let socket = redis::io::tcp::socket2::SockRef::from(&tcp);
+            assert_eq!(
+                socket.tcp_user_timeout().unwrap(),
+                Some(Duration::from_secs(2))
+            );
+            assert!(socket.keepalive().unwrap());
+            assert_eq!(socket.tcp_keepalive_time().unwrap(), Duration::from_secs(2));
+        }
+    }
 }

@@ -37,7 +37,7 @@ impl Node {
             // connection; the master behind a new one may have restarted.
             self.loaded.store(0, Ordering::Relaxed);
         }
-        let wire = self.dial(&[], false);
+        let wire = self.dialer().dial(&[], false);
         let link = Link {
             id: self.last_link.fetch_add(1, Ordering::Relaxed) + 1,
             wire,
@@ -45,11 +45,6 @@ impl Node {
         let connected = (link.id, link.wire.clone());
         *slot = Some(link);
         connected
-    }
-
-    /// A new connection, made in the background (see [`Dialer::dial`]).
-    fn dial(&self, then: &[redis::Cmd], subscriber: bool) -> Wire {
-        self.dialer().dial(then, subscriber)
     }
 
     /// What makes new connections to this node, for those who make their own (the release

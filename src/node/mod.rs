@@ -25,6 +25,7 @@ mod dial;
 mod health;
 mod keys;
 mod link;
+mod on_demand;
 mod replies;
 mod resp;
 mod scripts;
@@ -147,8 +148,7 @@ impl Node {
         };
         let client = redis::IntoConnectionInfo::into_connection_info(url)
             .and_then(|info| {
-                let info =
-                    info.set_tcp_settings(subscription_tcp_settings(settings.connect_timeout));
+                let info = info.set_tcp_settings(tcp_settings(settings.connect_timeout));
                 redis_client(info, tls.as_ref())
             })
             .map_err(|e| Error::invalid("node", format!("{shown:?} was rejected: {e}")))?;
@@ -217,10 +217,22 @@ fn redis_client(
     redis::Client::open(info)
 }
 
-/// TCP options of the connections redis-rs makes to a node (the release subscription, the
-/// doctor's), as [`dial`](dial::dial) sets them on the node's own.
-fn subscription_tcp_settings(stall: Duration) -> redis::io::tcp::TcpSettings {
-    let settings = redis::io::tcp::TcpSettings::default();
+/// TCP options of every connection to a node, the node's own (see `dial.rs`) and those
+/// redis-rs makes for the deployment check: `stall` is the connect timeout, at least 1 s.
+///
+/// Commands and replies are small writes that someone waits for: Nagle's algorithm would hold
+/// one back while an earlier one is unacknowledged.
+///
+/// A node cut off by the network neither answers nor says so: the commands sent sit in the
+/// socket while TCP resends them at ever longer intervals, and after the network comes back the
+/// connection can stay silent for seconds more. Commands past their deadline do not close it,
+/// and must not: a paused node runs the commands it was sent when it resumes, the release
+/// after the grant. `TCP_USER_TIMEOUT` closes it once sent bytes have gone unacknowledged by
+/// the node's kernel (which acknowledges for a paused process too) for `stall`, and the next
+/// command connects anew; keepalive probes do the same for a connection that only listens,
+/// like the release subscription.
+fn tcp_settings(stall: Duration) -> redis::io::tcp::TcpSettings {
+    let settings = redis::io::tcp::TcpSettings::default().set_nodelay(true);
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
     let settings = {
         let stall = stall.max(Duration::from_secs(1));

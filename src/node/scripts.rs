@@ -205,10 +205,10 @@ impl Node {
         probe: bool,
     ) -> impl Future<Output = RedisResult<Value>> + use<'_> {
         let call = if probe {
+            // The reading in front of the command, in one write.
             conn.call(Some(op), 3, |out| {
-                let mut pipe = probe_pipeline();
-                pipe.add_command(cmd.clone());
-                out.extend_from_slice(&pipe.get_packed_pipeline());
+                out.extend_from_slice(&probe_pipeline().get_packed_pipeline());
+                cmd.write_packed_command(out);
             })
         } else {
             conn.call(Some(op), 1, |out| cmd.write_packed_command(out))

@@ -205,13 +205,12 @@ impl Waiters {
         let Some((subscriptions, _)) = self.subscriptions.get() else {
             return;
         };
-        let mut cx = std::task::Context::from_waker(Waker::noop());
-        let mut wake = Vec::new();
-        for (node, mut listening) in subscriptions.listen() {
-            let heard = listening.poll_heard(&mut cx);
-            subscription::deliver_all(&self.state, node, heard.messages, &mut wake);
-        }
-        wake.into_iter().for_each(Waker::wake);
+        let mut listening = subscriptions.listen();
+        subscription::hear(
+            &self.state,
+            listening.iter_mut().map(|(node, l)| (*node, l)),
+            &mut std::task::Context::from_waker(Waker::noop()),
+        );
     }
 
     /// Listens for the next release that names `waiter`: the returned future is done when

@@ -9,7 +9,7 @@
 //! comes that no waiter reads.
 
 use std::sync::{Mutex, PoisonError, Weak};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use redis::Value;
@@ -60,27 +60,42 @@ pub(super) fn payload(message: &Value) -> Option<String> {
     }
 }
 
-/// Delivers the messages heard from master `node` to their waiters; grants for waiters that
-/// are gone go to be given back.
-pub(super) fn deliver_all(
+/// Reads what each of `listening` (with its master's number) has heard, as the task `cx`
+/// wakes, and delivers it: the waiters named are woken (this task is being polled already),
+/// and grants for waiters that are gone go to be given back. The masters whose subscription
+/// broke.
+pub(super) fn hear<'a>(
     state: &State,
-    node: usize,
-    messages: Vec<Value>,
-    wake: &mut Vec<std::task::Waker>,
-) {
-    for message in messages {
-        let Some(payload) = payload(&message) else {
-            continue;
-        };
-        let (waiter, grant) = parse_message(&payload, node);
-        match state.deliver(waiter, grant) {
-            Delivered::Wake(waker) => wake.push(waker),
-            Delivered::Orphan(orphan) => {
-                let _ = state.orphans.send(orphan);
+    listening: impl IntoIterator<Item = (usize, &'a mut Listening)>,
+    cx: &mut Context<'_>,
+) -> Vec<usize> {
+    let mut broken = Vec::new();
+    let mut wake = Vec::new();
+    for (node, listening) in listening {
+        let heard = listening.poll_heard(cx);
+        if heard.broken {
+            broken.push(node);
+        }
+        for message in heard.messages {
+            let Some(payload) = payload(&message) else {
+                continue;
+            };
+            let (waiter, grant) = parse_message(&payload, node);
+            match state.deliver(waiter, grant) {
+                Delivered::Wake(waker) => wake.push(waker),
+                Delivered::Orphan(orphan) => {
+                    let _ = state.orphans.send(orphan);
+                }
+                Delivered::Done => {}
             }
-            Delivered::Done => {}
         }
     }
+    for waker in wake {
+        if !waker.will_wake(cx.waker()) {
+            waker.wake();
+        }
+    }
+    broken
 }
 
 /// What a delivered message calls for.
@@ -211,20 +226,16 @@ pub(super) async fn keep(
             let Some(state) = state.upgrade() else {
                 return Poll::Ready(true);
             };
-            let mut wake = Vec::new();
-            let mut broken = false;
-            for (i, k) in kept.iter_mut().enumerate() {
-                if let Some(listening) = k.listening.as_mut() {
-                    let heard = listening.poll_heard(cx);
-                    deliver_all(&state, i, heard.messages, &mut wake);
-                    if heard.broken {
-                        // Made again once its pause is over; heard from no more until then.
-                        k.listening = None;
-                        broken = true;
-                    }
-                }
+            let listening = kept
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, k)| Some((i, k.listening.as_mut()?)));
+            let broken = hear(&state, listening, cx);
+            for &i in &broken {
+                // Made again once its pause is over; heard from no more until then.
+                kept[i].listening = None;
             }
-            wake.into_iter().for_each(std::task::Waker::wake);
+            let broken = !broken.is_empty();
             if let Poll::Ready(Err(_)) = dropped.as_mut().poll(cx) {
                 return Poll::Ready(true);
             }

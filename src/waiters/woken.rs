@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use super::State;
-use super::subscription::{Subscriptions, deliver_all};
+use super::subscription::{Subscriptions, hear};
 use crate::node::Listening;
 
 /// Done when a master names the waiter after [`Waiters::listen`](super::Waiters::listen).
@@ -32,17 +32,12 @@ impl Future for Woken {
                 .map(|s| s.listen())
                 .unwrap_or_default()
         });
-        let mut wake = Vec::new();
-        for (node, listening) in listening {
-            let heard = listening.poll_heard(cx);
-            deliver_all(&this.state, *node, heard.messages, &mut wake);
-        }
-        for waker in wake {
-            // This task is being polled already, and looks below.
-            if !waker.will_wake(cx.waker()) {
-                waker.wake();
-            }
-        }
+        // A broken subscription is the keeper's to make again; this wait has its fallback.
+        hear(
+            &this.state,
+            listening.iter_mut().map(|(node, l)| (*node, l)),
+            cx,
+        );
         if this.state.woken(&this.waiter, cx.waker()) {
             Poll::Ready(())
         } else {
