@@ -7,6 +7,7 @@
 mod auth;
 mod error;
 mod http_metrics;
+mod inline;
 mod inspect;
 mod kind;
 mod multi;
@@ -19,10 +20,13 @@ use std::future::Future;
 
 use axum::Router;
 use axum::routing::{get, post};
-use axum::serve::{ListenerExt, TapIo};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use inline::Inline;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub use auth::BearerToken;
 pub use error::ApiError;
@@ -110,32 +114,88 @@ pub fn metrics_router<S: Clone + Send + Sync + 'static>(handle: PrometheusHandle
     )
 }
 
-/// `listener` with `TCP_NODELAY` on every accepted connection. An answer is a small write that
+/// The next connection on `listener`, with `TCP_NODELAY` on. An answer is a small write that
 /// a client waits for, and a session's stream writes each event as it comes; Nagle's algorithm
 /// would hold either back while an earlier segment is unacknowledged, up to the client's
 /// delayed-acknowledgement timer.
-pub(crate) fn without_delay(listener: TcpListener) -> TapIo<TcpListener, fn(&mut TcpStream)> {
-    listener.tap_io(|stream| {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!("could not set TCP_NODELAY on a connection: {e}");
-        }
-    })
+async fn accept(listener: &TcpListener) -> std::io::Result<TcpStream> {
+    let (stream, _) = listener.accept().await?;
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!("could not set TCP_NODELAY on a connection: {e}");
+    }
+    Ok(stream)
+}
+
+/// Serves `router` on every connection `listener` accepts (HTTP/1.1, keep-alive) until `stop`
+/// is cancelled; then stops accepting, lets each connection finish the request it is on, and
+/// returns once they are all closed.
+pub(crate) async fn serve_http(listener: TcpListener, router: Router, stop: CancellationToken) {
+    let connections = TaskTracker::new();
+    loop {
+        let stream = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = accept(&listener) => match accepted {
+                Ok(stream) => stream,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    // Out of file descriptors, most likely: wait for some to be closed rather
+                    // than spin.
+                    tracing::warn!("cannot accept a connection: {e}");
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(ACCEPT_RETRY) => continue,
+                    }
+                }
+            },
+        };
+        let service = TowerToHyperService::new(router.clone());
+        let stop = stop.clone();
+        // Polled in place when hyper wakes the connection from inside its own poll (see
+        // `inline.rs`).
+        connections.spawn(Inline::new(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = stop.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!("connection ended with an error: {e}");
+            }
+        }));
+    }
+    connections.close();
+    connections.wait().await;
+}
+
+/// How long to wait before accepting again after an error other than a client's.
+const ACCEPT_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Errors of one incoming connection (the client gave up before it was accepted), not of the
+/// listener.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
 }
 
 /// Serves `router` (and `metrics`, on its own listener, if given) until `shutdown` resolves;
 /// then stops accepting, cancels `sessions` (which release their locks and end their
 /// streams), and waits for requests in flight.
-///
-/// # Errors
-///
-/// When a listener fails.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     metrics: Option<(TcpListener, Router)>,
     sessions: CancellationToken,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) {
     let stop = CancellationToken::new();
     let trigger = stop.clone();
     tokio::spawn(async move {
@@ -146,37 +206,26 @@ pub async fn serve(
     });
     let metrics_task = metrics.map(|(listener, router)| {
         let stop = stop.clone();
-        tokio::spawn(async move {
-            axum::serve(without_delay(listener), router)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-        })
+        tokio::spawn(serve_http(listener, router, stop))
     });
-    let result = axum::serve(without_delay(listener), router)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
-    if let Some(task) = metrics_task {
-        match task.await {
-            Ok(Err(e)) => tracing::warn!("metrics listener failed: {e}"),
-            Err(e) => tracing::warn!("metrics listener task failed: {e}"),
-            Ok(Ok(())) => {}
-        }
+    serve_http(listener, router, stop).await;
+    if let Some(task) = metrics_task
+        && let Err(e) = task.await
+    {
+        tracing::warn!("metrics listener task failed: {e}");
     }
-    result
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::serve::Listener;
 
     #[tokio::test]
     async fn accepted_connections_have_nagle_off() -> std::io::Result<()> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let mut listener = without_delay(listener);
         let client = tokio::net::TcpStream::connect(addr).await?;
-        let (accepted, _) = listener.accept().await;
+        let accepted = accept(&listener).await?;
         assert!(
             accepted.nodelay()?,
             "TCP_NODELAY is off on an accepted connection"
