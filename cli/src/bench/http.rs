@@ -10,19 +10,23 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use redquorum::Client;
+use redquorum::{Client, LockOptions};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::percentile;
 
-/// Acquire+release pairs through the HTTP API.
+/// Acquire+release pairs through the HTTP API, and through the library alongside.
 pub(super) struct Http {
     pub(super) failed: u64,
     pub(super) pairs_per_second: f64,
     pub(super) acquire_p50_us: f64,
     pub(super) acquire_p99_us: f64,
+    /// The library's figures, from the blocks that alternated with these.
+    pub(super) library_failed: u64,
+    pub(super) library_pairs_per_second: f64,
+    pub(super) library_acquire_p50_us: f64,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -125,39 +129,79 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, u16, usize)>, BoxError> {
     Ok(Some((end + 4, status, content_length)))
 }
 
-/// Sequential acquire+release pairs through `serve` on loopback, over one keep-alive connection.
+/// Sequential acquire+release pairs through `serve` on loopback, over one keep-alive
+/// connection, in blocks that alternate with blocks of the same pairs through the library:
+/// the machine's speed drifts over a run, and the figures compared are taken side by side.
 pub(super) async fn http(client: &Client, pairs: usize) -> Result<Http, BoxError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let stop = tokio_util::sync::CancellationToken::new();
     let router = crate::server::app(client.clone(), crate::server::AppOptions::default());
     let server = tokio::spawn(crate::server::serve_http(listener, router, stop.clone()));
-    let result = tokio::time::timeout(RUN_LIMIT, pairs_over(addr, pairs)).await;
+    let result = tokio::time::timeout(RUN_LIMIT, alternating(client, addr, pairs)).await;
     stop.cancel();
     let _ = server.await;
     result.map_err(|_| format!("the HTTP pairs took longer than {RUN_LIMIT:?}"))?
 }
 
-async fn pairs_over(addr: SocketAddr, pairs: usize) -> Result<Http, BoxError> {
+/// How many blocks each side's pairs are split into.
+const BLOCKS: usize = 10;
+
+/// Pairs made one after the other, and how long they took in all.
+#[derive(Default)]
+struct Pairs {
+    acquires: Vec<Duration>,
+    took: Duration,
+    failed: u64,
+}
+
+impl Pairs {
+    fn per_second(&self) -> f64 {
+        self.acquires.len() as f64 / self.took.as_secs_f64()
+    }
+}
+
+async fn alternating(client: &Client, addr: SocketAddr, pairs: usize) -> Result<Http, BoxError> {
     let mut conn = Connection::open(addr).await?;
+    let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::ZERO);
     const WARM_UP: usize = 100;
-    let mut failed = 0u64;
-    let mut acquires = Vec::with_capacity(pairs);
-    let mut started = Instant::now();
-    for i in 0..pairs + WARM_UP {
-        if i == WARM_UP {
-            started = Instant::now();
-        }
+    over_http(&mut conn, "warm", WARM_UP, &mut Pairs::default()).await?;
+    through_library(client, &opts, "warm", WARM_UP, &mut Pairs::default()).await;
+    let mut web = Pairs::default();
+    let mut library = Pairs::default();
+    let per_block = pairs.div_ceil(BLOCKS);
+    for block in 0..BLOCKS {
+        let label = block.to_string();
+        over_http(&mut conn, &label, per_block, &mut web).await?;
+        through_library(client, &opts, &label, per_block, &mut library).await;
+    }
+    Ok(Http {
+        failed: web.failed,
+        pairs_per_second: web.per_second(),
+        acquire_p50_us: percentile(&mut web.acquires, 0.5),
+        acquire_p99_us: percentile(&mut web.acquires, 0.99),
+        library_failed: library.failed,
+        library_pairs_per_second: library.per_second(),
+        library_acquire_p50_us: percentile(&mut library.acquires, 0.5),
+    })
+}
+
+async fn over_http(
+    conn: &mut Connection,
+    label: &str,
+    count: usize,
+    pairs: &mut Pairs,
+) -> Result<(), BoxError> {
+    let started = Instant::now();
+    for i in 0..count {
         let t = Instant::now();
         // A 503 from a stall of the machine is counted, not fatal.
-        let name = format!("bench-http-{i}");
+        let name = format!("bench-http-{label}-{i}");
         let Ok(lock) = conn.post(&format!("/v1/locks/{name}"), "{}").await? else {
-            failed += 1;
+            pairs.failed += 1;
             continue;
         };
-        if i >= WARM_UP {
-            acquires.push(t.elapsed());
-        }
+        pairs.acquires.push(t.elapsed());
         let token = lock["token"].as_str().unwrap_or_default();
         let release = conn
             .post(
@@ -166,16 +210,37 @@ async fn pairs_over(addr: SocketAddr, pairs: usize) -> Result<Http, BoxError> {
             )
             .await?;
         if release.is_err() {
-            failed += 1;
+            pairs.failed += 1;
         }
     }
-    let took = started.elapsed();
-    Ok(Http {
-        failed,
-        pairs_per_second: acquires.len() as f64 / took.as_secs_f64(),
-        acquire_p50_us: percentile(&mut acquires, 0.5),
-        acquire_p99_us: percentile(&mut acquires, 0.99),
-    })
+    pairs.took += started.elapsed();
+    Ok(())
+}
+
+async fn through_library(
+    client: &Client,
+    opts: &LockOptions,
+    label: &str,
+    count: usize,
+    pairs: &mut Pairs,
+) {
+    let started = Instant::now();
+    for i in 0..count {
+        let t = Instant::now();
+        // As over HTTP: a stall of the machine fails an attempt, and is counted.
+        let Ok(lock) = client
+            .acquire(&format!("bench-lib-{label}-{i}"), opts)
+            .await
+        else {
+            pairs.failed += 1;
+            continue;
+        };
+        pairs.acquires.push(t.elapsed());
+        if lock.release().await.is_err() {
+            pairs.failed += 1;
+        }
+    }
+    pairs.took += started.elapsed();
 }
 
 #[cfg(test)]
