@@ -5,9 +5,11 @@
 //! read, by whichever task reads that connection, the future is queued, and that task polls it
 //! on its way out of the read ([`Background::run_ready`]): the future finishes on a thread that
 //! was awake anyway. A task per detached future would cost a wake-up of another task for each
-//! answer, and on a multi-thread runtime often of the other worker thread too. Only when no
-//! task reads (a detached call left reading a quiet connection) does the runtime's I/O driver
-//! wake a detached future; one long-lived task per client (the poller) then polls it.
+//! answer, and on a multi-thread runtime often of the other worker thread too. When no task
+//! reads (a detached call left reading a quiet connection), the runtime's I/O driver wakes the
+//! detached future, which is polled right there, on the thread that read the socket's event.
+//! One long-lived task per client (the poller) polls those that a task hands a connection to
+//! outside any call (see [`Polling::Handover`]), or that are woken with no runtime about.
 //!
 //! Calls polled by a detached future never take the connection's reading from a task's call,
 //! and hand it to one (see `wire/mod.rs`): a task waits on the socket in preference.
@@ -34,6 +36,10 @@ pub(super) enum Polling {
     TaskCall,
     /// A detached future.
     Detached,
+    /// A connection's reading handed on to the next waiter by a task outside any call (a call
+    /// dropped, a command sent): the code around it may hold anything, so a detached future
+    /// woken here is left to the poller.
+    Handover,
 }
 
 thread_local! {
@@ -95,12 +101,25 @@ impl Wake for Detached {
         }
         lock(&background.ready).push(self.clone());
         background.any_ready.store(true, Ordering::Release);
-        // A task's call polls what is ready on its way out, and so does the poller of a
-        // detached future; a wake-up from anywhere else (the I/O driver, for a detached call
-        // left reading a quiet connection) needs the poller.
-        if polling() == Polling::Task {
-            let weak = Arc::downgrade(&background);
-            background.poller.wake(|| poller(weak));
+        match polling() {
+            // A task's call polls what is ready on its way out, and so does whatever polls a
+            // detached future.
+            Polling::TaskCall | Polling::Detached => {}
+            // The runtime's I/O driver, for a detached call left reading a quiet connection
+            // (an answer that came after its vote was decided, when no task calls that
+            // connection): polled here, on the thread that read the socket's event. Queued
+            // for a task instead, it would be a second task made ready by that event beside
+            // the one the event is for, and the multi-thread runtime wakes its other worker
+            // thread for it. Nothing of the client's is locked here.
+            Polling::Task if tokio::runtime::Handle::try_current().is_ok() => {
+                background.run_ready();
+            }
+            // A connection handed to the detached call by a task outside any call, or a
+            // wake-up with no runtime to poll on: the poller polls it.
+            Polling::Task | Polling::Handover => {
+                let weak = Arc::downgrade(&background);
+                background.poller.wake(|| poller(weak));
+            }
         }
     }
 }
@@ -280,15 +299,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_wake_up_outside_any_call_is_polled_by_the_poller() {
+    async fn a_wake_up_from_the_runtime_is_polled_where_it_happens() {
+        let background = Arc::new(Background::default());
+        for _ in 0..3 {
+            let (gate, (open, waker, polls)) = gate();
+            let mut finished = background.detach(gate);
+            open.store(true, Ordering::SeqCst);
+            // As the I/O driver wakes it: outside any call, on a runtime's thread.
+            if let Some(w) = lock(&waker).take() {
+                w.wake();
+            }
+            assert_eq!(polls.load(Ordering::SeqCst), 2, "polled inside the wake-up");
+            assert!(finished.try_recv().is_ok(), "done, and said so");
+        }
+        assert!(!background.poller.is_spawned(), "no task was needed");
+    }
+
+    #[tokio::test]
+    async fn a_connection_handed_over_outside_any_call_is_polled_by_the_poller() {
         let background = Arc::new(Background::default());
         for _ in 0..3 {
             let (gate, (open, waker, polls)) = gate();
             let finished = background.detach(gate);
             open.store(true, Ordering::SeqCst);
-            if let Some(w) = lock(&waker).take() {
-                w.wake();
-            }
+            marked(Polling::Handover, || {
+                if let Some(w) = lock(&waker).take() {
+                    w.wake();
+                }
+            });
+            assert_eq!(
+                polls.load(Ordering::SeqCst),
+                1,
+                "not polled inside the wake-up"
+            );
             tokio::time::timeout(std::time::Duration::from_secs(5), finished)
                 .await
                 .expect("the poller polled it")
@@ -297,14 +340,33 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_wake_up_with_no_runtime_is_left_for_one() {
+        let background = Arc::new(Background::default());
+        let (gate, (open, waker, polls)) = gate();
+        let mut finished = background.detach(gate);
+        open.store(true, Ordering::SeqCst);
+        if let Some(w) = lock(&waker).take() {
+            w.wake();
+        }
+        assert_eq!(polls.load(Ordering::SeqCst), 1, "not polled off a runtime");
+        assert!(finished.try_recv().is_err());
+        // The next task's call on the client polls it.
+        marked(Polling::TaskCall, || background.run_ready());
+        assert_eq!(polls.load(Ordering::SeqCst), 2);
+        assert!(finished.try_recv().is_ok());
+    }
+
     #[tokio::test]
     async fn the_poller_ends_with_its_client() {
         let background = Arc::new(Background::default());
         let (gate, (_open, waker, _polls)) = gate();
         drop(background.detach(gate));
-        if let Some(w) = lock(&waker).take() {
-            w.wake();
-        }
+        marked(Polling::Handover, || {
+            if let Some(w) = lock(&waker).take() {
+                w.wake();
+            }
+        });
         tokio::task::yield_now().await;
         assert!(
             background.poller.is_spawned(),
@@ -322,15 +384,18 @@ mod tests {
         let background = Arc::new(Background::default());
         let (gate, (open, waker, _polls)) = gate();
         let finished = background.detach(gate);
-        if let Some(w) = lock(&waker).take() {
-            w.wake();
-        }
+        let hand_over = || {
+            marked(Polling::Handover, || {
+                if let Some(w) = lock(&waker).take() {
+                    w.wake();
+                }
+            });
+        };
+        hand_over();
         tokio::task::yield_now().await;
         assert!(background.poller.is_spawned());
         open.store(true, Ordering::SeqCst);
-        if let Some(w) = lock(&waker).take() {
-            w.wake();
-        }
+        hand_over();
         tokio::time::timeout(std::time::Duration::from_secs(5), finished)
             .await
             .expect("finished in time")

@@ -74,7 +74,12 @@ fn with_state<T>(shared: &Shared, f: impl FnOnce(&mut State) -> T) -> T {
     let out = f(&mut guard);
     let to_wake = guard.take_wakes();
     drop(guard);
-    to_wake.into_iter().for_each(Waker::wake);
+    let wake_all = || to_wake.into_iter().for_each(Waker::wake);
+    if polling() == Polling::Task {
+        marked(Polling::Handover, wake_all);
+    } else {
+        wake_all();
+    }
     out
 }
 
