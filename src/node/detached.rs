@@ -193,8 +193,13 @@ impl Detached {
     }
 
     fn finished(&self) {
-        if let Some(background) = self.background.upgrade() {
-            background.unfinished.fetch_sub(1, Ordering::AcqRel);
+        if let Some(background) = self.background.upgrade()
+            && background.unfinished.fetch_sub(1, Ordering::AcqRel) == 1
+        {
+            // The poller ends once nothing is left unfinished; the last one may have been
+            // finished by a task's call or where the I/O driver woke it, and the poller, if it
+            // runs, would otherwise wait on until the next hand-over.
+            background.poller.nudge();
         }
     }
 }
@@ -355,6 +360,38 @@ mod tests {
         marked(Polling::TaskCall, || background.run_ready());
         assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert!(finished.try_recv().is_ok());
+    }
+
+    #[tokio::test]
+    async fn the_poller_ends_when_the_last_work_is_finished_elsewhere() {
+        let background = Arc::new(Background::default());
+        let (gate, (open, waker, polls)) = gate();
+        let finished = background.detach(gate);
+        marked(Polling::Handover, || {
+            if let Some(w) = lock(&waker).take() {
+                w.wake();
+            }
+        });
+        tokio::task::yield_now().await;
+        assert!(background.poller.is_spawned());
+        assert_eq!(polls.load(Ordering::SeqCst), 2, "the poller polled it");
+        // Finished by a wake-up from the runtime, not by the poller.
+        open.store(true, Ordering::SeqCst);
+        if let Some(w) = lock(&waker).take() {
+            w.wake();
+        }
+        assert_eq!(polls.load(Ordering::SeqCst), 3);
+        tokio::time::timeout(std::time::Duration::from_secs(5), finished)
+            .await
+            .expect("finished in time")
+            .expect("finished");
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !background.poller.is_spawned(),
+            "the poller was left waiting"
+        );
     }
 
     #[tokio::test]
