@@ -278,6 +278,18 @@ mod tests {
         (gate, (open, waker, polls))
     }
 
+    /// Wakes the future that left its waker in `waker`, as the runtime's I/O driver would.
+    fn wake(waker: &Mutex<Option<Waker>>) {
+        if let Some(w) = lock(waker).take() {
+            w.wake();
+        }
+    }
+
+    /// Wakes it as a task handing it a connection outside any call would.
+    fn hand_over(waker: &Mutex<Option<Waker>>) {
+        marked(Polling::Handover, || wake(waker));
+    }
+
     #[tokio::test]
     async fn detached_work_is_polled_at_once_then_when_woken() {
         let background = Arc::new(Background::default());
@@ -288,9 +300,7 @@ mod tests {
         open.store(true, Ordering::SeqCst);
         // Woken from a task's call: queued, then polled on the call's way out.
         marked(Polling::TaskCall, || {
-            if let Some(w) = lock(&waker).take() {
-                w.wake();
-            }
+            wake(&waker);
             assert_eq!(
                 polls.load(Ordering::SeqCst),
                 1,
@@ -311,9 +321,7 @@ mod tests {
             let mut finished = background.detach(gate);
             open.store(true, Ordering::SeqCst);
             // As the I/O driver wakes it: outside any call, on a runtime's thread.
-            if let Some(w) = lock(&waker).take() {
-                w.wake();
-            }
+            wake(&waker);
             assert_eq!(polls.load(Ordering::SeqCst), 2, "polled inside the wake-up");
             assert!(finished.try_recv().is_ok(), "done, and said so");
         }
@@ -327,11 +335,7 @@ mod tests {
             let (gate, (open, waker, polls)) = gate();
             let finished = background.detach(gate);
             open.store(true, Ordering::SeqCst);
-            marked(Polling::Handover, || {
-                if let Some(w) = lock(&waker).take() {
-                    w.wake();
-                }
-            });
+            hand_over(&waker);
             assert_eq!(
                 polls.load(Ordering::SeqCst),
                 1,
@@ -351,9 +355,7 @@ mod tests {
         let (gate, (open, waker, polls)) = gate();
         let mut finished = background.detach(gate);
         open.store(true, Ordering::SeqCst);
-        if let Some(w) = lock(&waker).take() {
-            w.wake();
-        }
+        wake(&waker);
         assert_eq!(polls.load(Ordering::SeqCst), 1, "not polled off a runtime");
         assert!(finished.try_recv().is_err());
         // The next task's call on the client polls it.
@@ -367,19 +369,13 @@ mod tests {
         let background = Arc::new(Background::default());
         let (gate, (open, waker, polls)) = gate();
         let finished = background.detach(gate);
-        marked(Polling::Handover, || {
-            if let Some(w) = lock(&waker).take() {
-                w.wake();
-            }
-        });
+        hand_over(&waker);
         tokio::task::yield_now().await;
         assert!(background.poller.is_spawned());
         assert_eq!(polls.load(Ordering::SeqCst), 2, "the poller polled it");
         // Finished by a wake-up from the runtime, not by the poller.
         open.store(true, Ordering::SeqCst);
-        if let Some(w) = lock(&waker).take() {
-            w.wake();
-        }
+        wake(&waker);
         assert_eq!(polls.load(Ordering::SeqCst), 3);
         tokio::time::timeout(std::time::Duration::from_secs(5), finished)
             .await
@@ -399,11 +395,7 @@ mod tests {
         let background = Arc::new(Background::default());
         let (gate, (_open, waker, _polls)) = gate();
         drop(background.detach(gate));
-        marked(Polling::Handover, || {
-            if let Some(w) = lock(&waker).take() {
-                w.wake();
-            }
-        });
+        hand_over(&waker);
         tokio::task::yield_now().await;
         assert!(
             background.poller.is_spawned(),
@@ -421,18 +413,11 @@ mod tests {
         let background = Arc::new(Background::default());
         let (gate, (open, waker, _polls)) = gate();
         let finished = background.detach(gate);
-        let hand_over = || {
-            marked(Polling::Handover, || {
-                if let Some(w) = lock(&waker).take() {
-                    w.wake();
-                }
-            });
-        };
-        hand_over();
+        hand_over(&waker);
         tokio::task::yield_now().await;
         assert!(background.poller.is_spawned());
         open.store(true, Ordering::SeqCst);
-        hand_over();
+        hand_over(&waker);
         tokio::time::timeout(std::time::Duration::from_secs(5), finished)
             .await
             .expect("finished in time")

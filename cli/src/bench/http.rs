@@ -89,12 +89,9 @@ impl Connection {
         if self.buf.len() >= MAX_RESPONSE_BYTES {
             return Err("the response is too large".into());
         }
-        let mut chunk = [0u8; 4096];
-        let n = self.stream.read(&mut chunk).await?;
-        if n == 0 {
+        if self.stream.read_buf(&mut self.buf).await? == 0 {
             return Err("the server closed the connection".into());
         }
-        self.buf.extend_from_slice(&chunk[..n]);
         Ok(())
     }
 }
