@@ -1,6 +1,8 @@
 //! The clients compared, behind one acquire and release: redquorum through its public API,
 //! rslock, a bare redis-rs fan-out with no lock logic (the bound a redis-rs client can reach),
-//! and the same fan-out on bare sockets (the bound of the machine, with no client library).
+//! the same fan-out on bare sockets (the bound of the machine, with no client library), and a
+//! fan-out on bare sockets that sends redquorum's own scripts (what the masters' side of
+//! redquorum's lock costs, with no client logic).
 
 use std::time::Duration;
 
@@ -24,7 +26,30 @@ pub(crate) enum Contender {
     Bare(Vec<MultiplexedConnection>, Duration, redis::Script),
     /// The bare fan-out on [`Wire`]s, with the compare-and-delete script's hash.
     Wire(Vec<Mutex<Wire>>, Duration, String),
+    /// A fan-out on [`Wire`]s sending redquorum's acquire and release scripts, with the keys
+    /// and arguments the library sends for an uncontended waiting caller; waits for every
+    /// master. No client logic: no deadlines, no validity, no retry, no waiting.
+    Scripts(Vec<Mutex<Wire>>, Duration, ScriptHashes),
 }
+
+/// The hashes of redquorum's acquire and release scripts, loaded on every master.
+pub(crate) struct ScriptHashes {
+    acquire: String,
+    release: String,
+}
+
+/// redquorum's scripts, as the library puts them together (`src/node/scripts.rs`).
+const ACQUIRE: &str = concat!(
+    include_str!("../../lua/queue.lua"),
+    include_str!("../../lua/acquire.lua")
+);
+const RELEASE: &str = concat!(
+    include_str!("../../lua/queue.lua"),
+    include_str!("../../lua/release.lua")
+);
+
+/// redquorum's default key prefix, under which the library keeps every key (`src/node/keys.rs`).
+const PREFIX: &str = "redquorum:";
 
 /// A lock taken by a [`Contender`].
 pub(crate) enum Held {
@@ -32,6 +57,8 @@ pub(crate) enum Held {
     Rslock(rslock::LockGuard),
     /// Taken by either bare fan-out: the name, and the value set on the masters.
     Bare(String, String),
+    /// Taken with redquorum's scripts: the name, the token, and the fencing token granted.
+    Scripted(String, String, String),
 }
 
 /// A bare fan-out's value for a lock: random, so that a release deletes only its own.
@@ -113,6 +140,35 @@ impl Contender {
         Ok(Contender::Wire(wires, ttl, sha))
     }
 
+    /// The fan-out sending redquorum's scripts, on a socket per master. Each master is marked
+    /// as part of a deployment, as a library client marks a new one, so that it grants.
+    pub(crate) async fn scripts(urls: &[String], ttl: Duration) -> Result<Self, String> {
+        let mut wires = Vec::with_capacity(urls.len());
+        let mut hashes = ScriptHashes {
+            acquire: String::new(),
+            release: String::new(),
+        };
+        for url in urls {
+            let mut wire = Wire::connect(url).await?;
+            let marker = format!("{PREFIX}deployment");
+            wire.call(&[b"SET", marker.as_bytes(), b"peers", b"NX"])
+                .await
+                .map_err(|e| format!("{url}: {e}"))?;
+            for (body, hash) in [
+                (ACQUIRE, &mut hashes.acquire),
+                (RELEASE, &mut hashes.release),
+            ] {
+                let sha = wire
+                    .call(&[b"SCRIPT", b"LOAD", body.as_bytes()])
+                    .await
+                    .map_err(|e| format!("{url}: {e}"))?;
+                *hash = String::from_utf8(sha).map_err(|e| e.to_string())?;
+            }
+            wires.push(Mutex::new(wire));
+        }
+        Ok(Contender::Scripts(wires, ttl, hashes))
+    }
+
     /// Takes `name`, waiting while it is held (the bare fan-outs do not wait).
     pub(crate) async fn acquire(&self, name: &str) -> Result<Held, String> {
         match self {
@@ -167,6 +223,56 @@ impl Contender {
                 .await;
                 held_on_a_quorum(name, value, &granted)
             }
+            Contender::Scripts(wires, ttl, hashes) => {
+                let token = bare_value();
+                let ttl_ms = ttl.as_millis().to_string();
+                // A fencing token proposed from the clock, as the library's first proposal.
+                let proposal = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_err(|e| e.to_string())?
+                    .as_micros()
+                    .to_string();
+                let waiter = format!("peers.{:x}", rand::random::<u32>());
+                let keys = [
+                    format!("{PREFIX}lock:{name}"),
+                    format!("{PREFIX}fence:{name}"),
+                    format!("{PREFIX}queue:{name}"),
+                    format!("{PREFIX}queue-terms:{name}"),
+                    format!("{PREFIX}deployment"),
+                    format!("{PREFIX}longest-ttl"),
+                    format!("{PREFIX}quarantine"),
+                ];
+                let answers = join_all(wires.iter().map(|wire| {
+                    let args: [&[u8]; 17] = [
+                        b"EVALSHA",
+                        hashes.acquire.as_bytes(),
+                        b"7",
+                        keys[0].as_bytes(),
+                        keys[1].as_bytes(),
+                        keys[2].as_bytes(),
+                        keys[3].as_bytes(),
+                        keys[4].as_bytes(),
+                        keys[5].as_bytes(),
+                        keys[6].as_bytes(),
+                        token.as_bytes(),
+                        ttl_ms.as_bytes(),
+                        proposal.as_bytes(),
+                        waiter.as_bytes(),
+                        proposal.as_bytes(),
+                        b"150",
+                        b"1",
+                    ];
+                    async move { wire.lock().await.call_for_array(&args).await }
+                }))
+                .await;
+                // {1, fence}: granted.
+                let granted: Vec<bool> = answers
+                    .iter()
+                    .map(|a| matches!(a.as_deref(), Ok([status, _]) if status == b"1"))
+                    .collect();
+                held_on_a_quorum(name, token.clone(), &granted)
+                    .map(|_| Held::Scripted(name.to_owned(), token, proposal))
+            }
         }
     }
 
@@ -206,7 +312,46 @@ impl Contender {
                 .await;
                 Ok(())
             }
-            (_, Held::Bare(name, _)) => Err(format!("{name} was not taken by a bare fan-out")),
+            (Contender::Scripts(wires, _, hashes), Held::Scripted(name, token, fence)) => {
+                let keys = [
+                    format!("{PREFIX}lock:{name}"),
+                    format!("{PREFIX}queue:{name}"),
+                    format!("{PREFIX}queue-terms:{name}"),
+                    format!("{PREFIX}fence:{name}"),
+                    format!("{PREFIX}deployment"),
+                    format!("{PREFIX}quarantine"),
+                ];
+                let wake = format!("{PREFIX}wake:");
+                let released = join_all(wires.iter().map(|wire| {
+                    let args: [&[u8]; 13] = [
+                        b"EVALSHA",
+                        hashes.release.as_bytes(),
+                        b"6",
+                        keys[0].as_bytes(),
+                        keys[1].as_bytes(),
+                        keys[2].as_bytes(),
+                        keys[3].as_bytes(),
+                        keys[4].as_bytes(),
+                        keys[5].as_bytes(),
+                        token.as_bytes(),
+                        wake.as_bytes(),
+                        fence.as_bytes(),
+                        b"1",
+                    ];
+                    async move { wire.lock().await.call(&args).await }
+                }))
+                .await;
+                // 1: deleted; anything else on a master means the bench is not measuring a
+                // lock that was held there.
+                if released.iter().all(|r| matches!(r.as_deref(), Ok(b"1"))) {
+                    Ok(())
+                } else {
+                    Err(format!("{name} was not released on every master"))
+                }
+            }
+            (_, Held::Bare(name, _) | Held::Scripted(name, ..)) => {
+                Err(format!("{name} was not taken by this fan-out"))
+            }
         }
     }
 }

@@ -116,11 +116,12 @@ struct Rows {
     bare: Row,
     bare_current_thread: Row,
     wire: Row,
+    scripts: Row,
 }
 
 impl Rows {
     /// In the order of the table.
-    fn all(&self) -> [&Row; 6] {
+    fn all(&self) -> [&Row; 7] {
         [
             &self.redquorum,
             &self.redquorum_current_thread,
@@ -128,6 +129,7 @@ impl Rows {
             &self.bare,
             &self.bare_current_thread,
             &self.wire,
+            &self.scripts,
         ]
     }
 }
@@ -158,6 +160,17 @@ fn both_scenarios(
     Ok(())
 }
 
+/// How a bare fan-out reaches the masters, and what it sends.
+#[derive(Clone, Copy)]
+enum FanOut {
+    /// `SET NX PX` and compare-and-delete, on redis-rs's multiplexed connections.
+    RedisRs,
+    /// The same commands on bare sockets.
+    Sockets,
+    /// redquorum's acquire and release scripts, on bare sockets.
+    SocketsWithScripts,
+}
+
 fn run(s: &Settings, urls: &[String]) -> Result<Rows, String> {
     let mut rows = Rows {
         redquorum: Row::new("redquorum", "default (fair)"),
@@ -166,22 +179,27 @@ fn run(s: &Settings, urls: &[String]) -> Result<Rows, String> {
         bare: Row::new("bare redis-rs fan-out", "multi-thread"),
         bare_current_thread: Row::new("bare redis-rs fan-out", "current-thread"),
         wire: Row::new("bare sockets fan-out, no client library", "multi-thread"),
+        scripts: Row::new(
+            "bare sockets fan-out sending redquorum's scripts",
+            "multi-thread",
+        ),
     };
     for repeat in 1..=s.repeat {
         eprintln!("repeat {repeat} of {}", s.repeat);
-        for (row, multi, sockets) in [
-            (&mut rows.bare, true, false),
-            (&mut rows.bare_current_thread, false, false),
-            (&mut rows.wire, true, true),
+        for (row, multi, fan_out) in [
+            (&mut rows.bare, true, FanOut::RedisRs),
+            (&mut rows.bare_current_thread, false, FanOut::RedisRs),
+            (&mut rows.wire, true, FanOut::Sockets),
+            (&mut rows.scripts, true, FanOut::SocketsWithScripts),
         ] {
             flush(urls)?;
             let (urls, ttl, warm_up, pairs) = (urls.to_vec(), s.ttl, s.warm_up, s.pairs);
             let rt = runtime(multi).map_err(|e| e.to_string())?;
             let figure = in_task(&rt, async move {
-                let bare = if sockets {
-                    Contender::wire(&urls, ttl).await?
-                } else {
-                    Contender::bare(&urls, ttl).await?
+                let bare = match fan_out {
+                    FanOut::RedisRs => Contender::bare(&urls, ttl).await?,
+                    FanOut::Sockets => Contender::wire(&urls, ttl).await?,
+                    FanOut::SocketsWithScripts => Contender::scripts(&urls, ttl).await?,
                 };
                 Ok::<_, String>(scenarios::uncontended(bare, warm_up, pairs).await)
             })??;
@@ -234,6 +252,7 @@ fn main() -> ExitCode {
         &rows.rslock,
         &rows.bare,
         &rows.wire,
+        &rows.scripts,
     );
     let mut out = std::io::stdout().lock();
     let _ = writeln!(

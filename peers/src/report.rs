@@ -143,13 +143,15 @@ fn ratio(
 }
 
 /// The ratios of redquorum's defaults to rslock and to the bare fan-out, and whether all met
-/// their goals; then, for the record, what the bare fan-out gains on bare sockets (`wire`).
+/// their goals; then, for the record, what the bare fan-out gains on bare sockets (`wire`),
+/// and what the masters' side of redquorum's lock costs the same fan-out (`scripts`).
 pub(crate) fn ratios(
     redquorum: &Row,
     current_thread: &Row,
     rslock: &Row,
     bare: &Row,
     wire: &Row,
+    scripts: &Row,
 ) -> (String, bool) {
     let mut out = String::new();
     let mut met = ratio(
@@ -205,6 +207,18 @@ pub(crate) fn ratios(
             "uncontended, the bare fan-out on bare sockets / on redis-rs: {:.2}; redquorum / the bare fan-out on bare sockets: {:.2}",
             sockets / library,
             ours / sockets
+        );
+    }
+    if let (Some(sockets), Some(with_scripts), Some(ours)) = (
+        wire.pairs_per_second(),
+        scripts.pairs_per_second(),
+        redquorum.pairs_per_second(),
+    ) {
+        let _ = writeln!(
+            out,
+            "uncontended, the bare socket fan-out sending redquorum's scripts / sending SET NX PX and compare-and-delete: {:.2}; redquorum / the bare socket fan-out sending its scripts: {:.2}",
+            with_scripts / sockets,
+            ours / with_scripts
         );
     }
     (out, met)

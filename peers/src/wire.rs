@@ -1,6 +1,6 @@
 //! The transport bound: a socket per master, written and read by the calling task itself, with
 //! no client library between (no connection task, no channel to it), RESP by hand. Not a
-//! client: it knows only the replies that its two commands and `SCRIPT LOAD` get.
+//! client: it knows only the replies that the bare fan-outs' commands and `SCRIPT LOAD` get.
 
 use std::io;
 
@@ -41,16 +41,47 @@ impl Wire {
 
     /// Sends one command and reads its reply: a status or integer line, or a bulk string.
     pub(crate) async fn call(&mut self, args: &[&[u8]]) -> io::Result<Vec<u8>> {
+        self.send(args).await?;
+        let line = self.line().await?;
+        self.item(line).await
+    }
+
+    /// Sends one command whose reply is an array of status, integer or bulk string items (a
+    /// script's table), and reads the items.
+    pub(crate) async fn call_for_array(&mut self, args: &[&[u8]]) -> io::Result<Vec<Vec<u8>>> {
+        self.send(args).await?;
+        let line = self.line().await?;
+        let Some(count) = line
+            .strip_prefix(b"*")
+            .and_then(|n| std::str::from_utf8(n).ok())
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            return Err(bad(&String::from_utf8_lossy(&line)));
+        };
+        let mut items = Vec::with_capacity(count);
+        for _ in 0..count {
+            let line = self.line().await?;
+            items.push(self.item(line).await?);
+        }
+        Ok(items)
+    }
+
+    async fn send(&mut self, args: &[&[u8]]) -> io::Result<()> {
         let mut request = format!("*{}\r\n", args.len()).into_bytes();
         for arg in args {
             request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
             request.extend_from_slice(arg);
             request.extend_from_slice(b"\r\n");
         }
-        self.stream.write_all(&request).await?;
-        let line = self.line().await?;
+        self.stream.write_all(&request).await
+    }
+
+    /// One reply item, from its first line.
+    async fn item(&mut self, line: Vec<u8>) -> io::Result<Vec<u8>> {
         match line.first() {
             Some(b'+' | b':') => Ok(line[1..].to_vec()),
+            // Nil.
+            Some(b'$') if line == b"$-1" => Ok(Vec::new()),
             Some(b'$') => {
                 let len: usize = std::str::from_utf8(&line[1..])
                     .ok()
