@@ -57,7 +57,8 @@ pub(crate) enum Held {
     Rslock(rslock::LockGuard),
     /// Taken by either bare fan-out: the name, and the value set on the masters.
     Bare(String, String),
-    /// Taken with redquorum's scripts: the name, the token, and the fencing token granted.
+    /// Taken with redquorum's scripts: the name, the token, and the fencing token granted
+    /// (the proposal, which a grant returns).
     Scripted(String, String, String),
 }
 
