@@ -51,6 +51,20 @@ const RELEASE: &str = concat!(
 /// redquorum's default key prefix, under which the library keeps every key (`src/node/keys.rs`).
 const PREFIX: &str = "redquorum:";
 
+/// An `EVALSHA` of script `sha` with `keys` and `args`, as one command's arguments.
+fn evalsha(sha: &str, keys: &[String], args: &[&str]) -> Vec<Vec<u8>> {
+    let head = ["EVALSHA", sha, &keys.len().to_string()].map(|a| a.as_bytes().to_vec());
+    head.into_iter()
+        .chain(keys.iter().map(|k| k.as_bytes().to_vec()))
+        .chain(args.iter().map(|a| a.as_bytes().to_vec()))
+        .collect()
+}
+
+/// A command's arguments as [`Wire::call`] takes them.
+fn as_args(call: &[Vec<u8>]) -> Vec<&[u8]> {
+    call.iter().map(Vec::as_slice).collect()
+}
+
 /// A lock taken by a [`Contender`].
 pub(crate) enum Held {
     Redquorum(redquorum::Lock),
@@ -234,37 +248,25 @@ impl Contender {
                     .as_micros()
                     .to_string();
                 let waiter = format!("peers.{:x}", rand::random::<u32>());
-                let keys = [
-                    format!("{PREFIX}lock:{name}"),
-                    format!("{PREFIX}fence:{name}"),
-                    format!("{PREFIX}queue:{name}"),
-                    format!("{PREFIX}queue-terms:{name}"),
-                    format!("{PREFIX}deployment"),
-                    format!("{PREFIX}longest-ttl"),
-                    format!("{PREFIX}quarantine"),
-                ];
-                let answers = join_all(wires.iter().map(|wire| {
-                    let args: [&[u8]; 17] = [
-                        b"EVALSHA",
-                        hashes.acquire.as_bytes(),
-                        b"7",
-                        keys[0].as_bytes(),
-                        keys[1].as_bytes(),
-                        keys[2].as_bytes(),
-                        keys[3].as_bytes(),
-                        keys[4].as_bytes(),
-                        keys[5].as_bytes(),
-                        keys[6].as_bytes(),
-                        token.as_bytes(),
-                        ttl_ms.as_bytes(),
-                        proposal.as_bytes(),
-                        waiter.as_bytes(),
-                        proposal.as_bytes(),
-                        b"150",
-                        b"1",
-                    ];
-                    async move { wire.lock().await.call_for_array(&args).await }
-                }))
+                let call = evalsha(
+                    &hashes.acquire,
+                    &[
+                        format!("{PREFIX}lock:{name}"),
+                        format!("{PREFIX}fence:{name}"),
+                        format!("{PREFIX}queue:{name}"),
+                        format!("{PREFIX}queue-terms:{name}"),
+                        format!("{PREFIX}deployment"),
+                        format!("{PREFIX}longest-ttl"),
+                        format!("{PREFIX}quarantine"),
+                    ],
+                    &[&token, &ttl_ms, &proposal, &waiter, &proposal, "150", "1"],
+                );
+                let args = as_args(&call);
+                let answers = join_all(
+                    wires
+                        .iter()
+                        .map(|wire| async { wire.lock().await.call_for_array(&args).await }),
+                )
                 .await;
                 // {1, fence}: granted.
                 let granted: Vec<bool> = answers
@@ -314,33 +316,24 @@ impl Contender {
                 Ok(())
             }
             (Contender::Scripts(wires, _, hashes), Held::Scripted(name, token, fence)) => {
-                let keys = [
-                    format!("{PREFIX}lock:{name}"),
-                    format!("{PREFIX}queue:{name}"),
-                    format!("{PREFIX}queue-terms:{name}"),
-                    format!("{PREFIX}fence:{name}"),
-                    format!("{PREFIX}deployment"),
-                    format!("{PREFIX}quarantine"),
-                ];
-                let wake = format!("{PREFIX}wake:");
-                let released = join_all(wires.iter().map(|wire| {
-                    let args: [&[u8]; 13] = [
-                        b"EVALSHA",
-                        hashes.release.as_bytes(),
-                        b"6",
-                        keys[0].as_bytes(),
-                        keys[1].as_bytes(),
-                        keys[2].as_bytes(),
-                        keys[3].as_bytes(),
-                        keys[4].as_bytes(),
-                        keys[5].as_bytes(),
-                        token.as_bytes(),
-                        wake.as_bytes(),
-                        fence.as_bytes(),
-                        b"1",
-                    ];
-                    async move { wire.lock().await.call(&args).await }
-                }))
+                let call = evalsha(
+                    &hashes.release,
+                    &[
+                        format!("{PREFIX}lock:{name}"),
+                        format!("{PREFIX}queue:{name}"),
+                        format!("{PREFIX}queue-terms:{name}"),
+                        format!("{PREFIX}fence:{name}"),
+                        format!("{PREFIX}deployment"),
+                        format!("{PREFIX}quarantine"),
+                    ],
+                    &[&token, &format!("{PREFIX}wake:"), &fence, "1"],
+                );
+                let args = as_args(&call);
+                let released = join_all(
+                    wires
+                        .iter()
+                        .map(|wire| async { wire.lock().await.call(&args).await }),
+                )
                 .await;
                 // 1: deleted; anything else on a master means the bench is not measuring a
                 // lock that was held there.

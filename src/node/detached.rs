@@ -290,6 +290,21 @@ mod tests {
         marked(Polling::Handover, || wake(waker));
     }
 
+    /// Waits until the detached future behind `finished` has finished, within 5 s.
+    async fn until_finished(finished: oneshot::Receiver<()>) {
+        tokio::time::timeout(std::time::Duration::from_secs(5), finished)
+            .await
+            .expect("finished in time")
+            .expect("finished");
+    }
+
+    /// Lets the poller run, if it is to, long enough to end.
+    async fn let_the_poller_run() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test]
     async fn detached_work_is_polled_at_once_then_when_woken() {
         let background = Arc::new(Background::default());
@@ -341,10 +356,8 @@ mod tests {
                 1,
                 "not polled inside the wake-up"
             );
-            tokio::time::timeout(std::time::Duration::from_secs(5), finished)
-                .await
-                .expect("the poller polled it")
-                .expect("finished");
+            // The poller polled it.
+            until_finished(finished).await;
             assert_eq!(polls.load(Ordering::SeqCst), 2);
         }
     }
@@ -377,13 +390,8 @@ mod tests {
         open.store(true, Ordering::SeqCst);
         wake(&waker);
         assert_eq!(polls.load(Ordering::SeqCst), 3);
-        tokio::time::timeout(std::time::Duration::from_secs(5), finished)
-            .await
-            .expect("finished in time")
-            .expect("finished");
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        until_finished(finished).await;
+        let_the_poller_run().await;
         assert!(
             !background.poller.is_spawned(),
             "the poller was left waiting"
@@ -418,13 +426,8 @@ mod tests {
         assert!(background.poller.is_spawned());
         open.store(true, Ordering::SeqCst);
         hand_over(&waker);
-        tokio::time::timeout(std::time::Duration::from_secs(5), finished)
-            .await
-            .expect("finished in time")
-            .expect("finished");
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        until_finished(finished).await;
+        let_the_poller_run().await;
         assert!(!background.poller.is_spawned());
     }
 }
