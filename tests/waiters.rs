@@ -198,8 +198,10 @@ async fn no_waiter_starves_in_a_thirty_second_contended_run() {
     }
     let total: u32 = results.iter().map(|(s, ..)| s).sum();
     let stalled: u32 = results.iter().map(|(.., st)| st).sum();
+    // One holder releases at a time, so a stall delays one release; no run has shown more
+    // than one.
     assert!(
-        stalled <= total / 100,
+        stalled <= 3,
         "{stalled} of {total} releases were answered after the deadline: {results:?}"
     );
     let fair_share = total / WORKERS as u32;
