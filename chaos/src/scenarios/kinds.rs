@@ -2,7 +2,9 @@
 //! a different fault each round, and the semaphore's positive control (a bare-majority quorum
 //! over-admits when partitions show each holder a different three of the five masters).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use redquorum::config::defaults::CONNECT_TIMEOUT;
 
 use super::{LOAD_TTL, MIN_HEAL_SUCCESS, SCRIPT_TTL, SECOND_HOLDER_WORKS, names};
 use crate::checker::{Expectation, Want};
@@ -151,11 +153,18 @@ pub(super) async fn semaphore_partitions(ctx: &mut Ctx) -> Step {
         (&de[..], &ab[..], 2),
         (&ab[..], &ce[..], 3),
     ];
+    // Workers 1 and 2 first meet the masters cut off in their step: their connects there wait
+    // for the connect timeout (the client's default), and a SYN sent again once the masters are back (the first after
+    // 1 s) would open the connection and deliver the request after all. So a cut is healed
+    // only once those connects have given up.
+    let mut heal_after = Instant::now();
     for (heal, cut, worker) in steps {
         if !heal.is_empty() {
+            tokio::time::sleep_until(heal_after.into()).await;
             ctx.fault(Action::Connect, heal).await?;
         }
         ctx.fault(Action::Disconnect, cut).await?;
+        heal_after = Instant::now() + CONNECT_TIMEOUT + Duration::from_millis(500);
         let got = ctx
             .acquire_as(worker, SCRIPT_TTL, Duration::from_secs(1), spec.clone())
             .await?;
