@@ -154,9 +154,9 @@ pub(super) async fn semaphore_partitions(ctx: &mut Ctx) -> Step {
         (&ab[..], &ce[..], 3),
     ];
     // Workers 1 and 2 first meet the masters cut off in their step: their connects there wait
-    // for the connect timeout (the client's default), and a SYN sent again once the masters are back (the first after
-    // 1 s) would open the connection and deliver the request after all. So a cut is healed
-    // only once those connects have given up.
+    // for the connect timeout (the client's default), and a SYN sent again once the masters
+    // are back (the first after 1 s) would open the connection and deliver the request after
+    // all. So a cut is healed only once those connects have given up.
     let mut heal_after = Instant::now();
     for (heal, cut, worker) in steps {
         if !heal.is_empty() {
