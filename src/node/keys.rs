@@ -32,6 +32,42 @@ pub(crate) struct Keys {
     pub(crate) deployment: Arc<DeploymentKeys>,
 }
 
+/// `parts` one after the other, in a string allocated once at its size: keys are made for
+/// every acquire, and `format!` grows its string as it goes.
+fn joined(parts: &[&str]) -> String {
+    let mut key = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        key.push_str(part);
+    }
+    key
+}
+
+/// The keys of one script call, held in place: every call to every node makes one, and the
+/// longest list has eight.
+#[derive(Debug, Default)]
+pub(crate) struct KeyList<'k> {
+    keys: [&'k str; 8],
+    len: usize,
+}
+
+impl<'k> KeyList<'k> {
+    /// Adds `key`; the lists above have at most eight (the tests count them).
+    fn push(&mut self, key: &'k str) {
+        if let Some(slot) = self.keys.get_mut(self.len) {
+            *slot = key;
+            self.len += 1;
+        }
+    }
+}
+
+impl<'k> std::ops::Deref for KeyList<'k> {
+    type Target = [&'k str];
+
+    fn deref(&self) -> &[&'k str] {
+        self.keys.get(..self.len).unwrap_or(&[])
+    }
+}
+
 /// Where a node keeps what it knows of its deployment (see `lua/mark.lua`).
 #[derive(Debug)]
 pub(crate) struct DeploymentKeys {
@@ -72,11 +108,11 @@ impl Keys {
             LockKind::Semaphore { .. } => "sem:",
         };
         Keys {
-            lock: format!("{prefix}{space}lock:{name}"),
-            fence: format!("{prefix}{space}fence:{name}"),
-            queue: format!("{prefix}{space}queue:{name}"),
-            terms: format!("{prefix}{space}queue-terms:{name}"),
-            holds: format!("{prefix}holds:{name}"),
+            lock: joined(&[prefix, space, "lock:", name]),
+            fence: joined(&[prefix, space, "fence:", name]),
+            queue: joined(&[prefix, space, "queue:", name]),
+            terms: joined(&[prefix, space, "queue-terms:", name]),
+            holds: joined(&[prefix, "holds:", name]),
             kind,
             majority_only: false,
             deployment,
@@ -97,47 +133,47 @@ impl Keys {
     }
 
     /// The keys of the acquire scripts (a reentrant lock's holds last).
-    pub(crate) fn for_acquire(&self) -> Vec<&str> {
+    pub(crate) fn for_acquire(&self) -> KeyList<'_> {
         let d = &self.deployment;
-        let mut keys = vec![
-            &*self.lock,
+        self.with_holds(&[
+            &self.lock,
             &self.fence,
             &self.queue,
             &self.terms,
             &d.marker,
             &d.longest_ttl,
             &d.quarantine,
-        ];
-        if matches!(self.kind, LockKind::Reentrant(_)) {
-            keys.push(&self.holds);
-        }
-        keys
+        ])
     }
 
     /// The keys of the extend scripts (a reentrant lock's holds last).
-    pub(crate) fn for_extend(&self) -> Vec<&str> {
-        let mut keys = vec![&*self.lock, &self.fence, &self.deployment.longest_ttl];
-        if matches!(self.kind, LockKind::Reentrant(_)) {
-            keys.push(&self.holds);
-        }
-        keys
+    pub(crate) fn for_extend(&self) -> KeyList<'_> {
+        self.with_holds(&[&self.lock, &self.fence, &self.deployment.longest_ttl])
     }
 
     /// The keys of the release scripts (a reentrant lock's holds last).
-    pub(crate) fn for_release(&self) -> Vec<&str> {
+    pub(crate) fn for_release(&self) -> KeyList<'_> {
         let d = &self.deployment;
-        let mut keys = vec![
-            &*self.lock,
+        self.with_holds(&[
+            &self.lock,
             &self.queue,
             &self.terms,
             &self.fence,
             &d.marker,
             &d.quarantine,
-        ];
-        if matches!(self.kind, LockKind::Reentrant(_)) {
-            keys.push(&self.holds);
+        ])
+    }
+
+    /// `keys`, and a reentrant lock's holds after them.
+    fn with_holds<'k>(&'k self, keys: &[&'k str]) -> KeyList<'k> {
+        let mut list = KeyList::default();
+        for key in keys {
+            list.push(key);
         }
-        keys
+        if matches!(self.kind, LockKind::Reentrant(_)) {
+            list.push(&self.holds);
+        }
+        list
     }
 
     /// The keys of the script that holds a handed-over lock under one token (adopt).
@@ -184,5 +220,46 @@ mod tests {
         let reentrant = Keys::new("rq:", "x", LockKind::Reentrant(owner), d);
         assert_eq!(reentrant.lock, "rq:lock:x");
         assert_eq!(reentrant.for_acquire().len(), 8);
+    }
+
+    #[test]
+    fn every_script_gets_all_its_keys_in_order() {
+        let d = Arc::new(DeploymentKeys::new("rq:"));
+        let mutex = Keys::new("rq:", "x", LockKind::Mutex, d.clone());
+        assert_eq!(
+            *mutex.for_acquire(),
+            [
+                "rq:lock:x",
+                "rq:fence:x",
+                "rq:queue:x",
+                "rq:queue-terms:x",
+                "rq:deployment",
+                "rq:longest-ttl",
+                "rq:quarantine"
+            ]
+        );
+        assert_eq!(
+            *mutex.for_release(),
+            [
+                "rq:lock:x",
+                "rq:queue:x",
+                "rq:queue-terms:x",
+                "rq:fence:x",
+                "rq:deployment",
+                "rq:quarantine"
+            ]
+        );
+        assert_eq!(
+            *mutex.for_extend(),
+            ["rq:lock:x", "rq:fence:x", "rq:longest-ttl"]
+        );
+        let owner = crate::config::Owner::from_id("o").unwrap();
+        let reentrant = Keys::new("rq:", "x", LockKind::Reentrant(owner), d);
+        assert_eq!(reentrant.for_acquire().last(), Some(&"rq:holds:x"));
+        assert_eq!(reentrant.for_release().len(), 7);
+        assert_eq!(
+            *reentrant.for_extend(),
+            ["rq:lock:x", "rq:fence:x", "rq:longest-ttl", "rq:holds:x"]
+        );
     }
 }
