@@ -1,5 +1,8 @@
-//! Where one reply ends in the bytes read from a master (RESP2), so that a complete reply can
-//! be handed to redis-rs's parser and an incomplete one left until more bytes come.
+//! Where one reply ends in the bytes read from a master (RESP2), so that an incomplete reply
+//! is left until more bytes come, and a complete one's value, built in the same way for the
+//! plain replies every lock operation gets.
+
+use redis::Value;
 
 /// The longest bulk string or array a reply may announce; anything longer is taken for a
 /// broken stream rather than waited for.
@@ -57,6 +60,69 @@ pub(super) fn reply_len(bytes: &[u8]) -> Result<Option<usize>, Malformed> {
     Ok(Some(at))
 }
 
+/// How deep an array nests before [`plain_value`] leaves the reply to redis-rs's parser: the
+/// scripts answer flat arrays or arrays of arrays.
+const PLAIN_DEPTH: usize = 4;
+
+/// The value of one complete reply (as [`reply_len`] measured it), with the same shape as
+/// redis-rs's parser gives: `None` for an error reply and anything else this does not build,
+/// which then go to that parser. Every lock operation gets a reply from each master, and the
+/// general parser costs several allocations for each, where this needs one per string or
+/// array.
+pub(super) fn plain_value(reply: &[u8]) -> Option<Value> {
+    let mut at = 0;
+    let value = value_at(reply, &mut at, 0)?;
+    (at == reply.len()).then_some(value)
+}
+
+/// The value starting at `at`, which is moved past it.
+fn value_at(bytes: &[u8], at: &mut usize, depth: usize) -> Option<Value> {
+    let kind = *bytes.get(*at)?;
+    let line_end = find_crlf(bytes, *at + 1)?;
+    let line = bytes.get(*at + 1..line_end)?;
+    *at = line_end + 2;
+    match kind {
+        b'+' => {
+            let text = std::str::from_utf8(line).ok()?;
+            Some(if text == "OK" {
+                Value::Okay
+            } else {
+                Value::SimpleString(text.to_owned())
+            })
+        }
+        b':' => Some(Value::Int(number(line)?)),
+        b'$' => {
+            let Ok(len) = usize::try_from(number(line)?) else {
+                return Some(Value::Nil);
+            };
+            let end = at.checked_add(len)?;
+            let data = bytes.get(*at..end)?;
+            if bytes.get(end..end + 2)? != b"\r\n" {
+                return None;
+            }
+            *at = end + 2;
+            Some(Value::BulkString(data.to_vec()))
+        }
+        b'*' if depth < PLAIN_DEPTH => {
+            let Ok(len) = usize::try_from(number(line)?) else {
+                return Some(Value::Nil);
+            };
+            // Every element takes at least three bytes, so the reply bounds the allocation.
+            let mut items = Vec::with_capacity(len.min(bytes.len() / 3));
+            for _ in 0..len {
+                items.push(value_at(bytes, at, depth + 1)?);
+            }
+            Some(Value::Array(items))
+        }
+        _ => None,
+    }
+}
+
+/// An integer line, as redis-rs reads one (surrounding blanks allowed).
+fn number(line: &[u8]) -> Option<i64> {
+    std::str::from_utf8(line).ok()?.trim().parse().ok()
+}
+
 fn find_crlf(bytes: &[u8], from: usize) -> Option<usize> {
     let rest = bytes.get(from..)?;
     rest.windows(2).position(|w| w == b"\r\n").map(|i| from + i)
@@ -100,6 +166,39 @@ mod tests {
                 assert_eq!(reply_len(&reply[..cut]), Ok(None), "{reply:?} cut at {cut}");
             }
         }
+    }
+
+    #[test]
+    fn plain_values_are_what_redis_rs_makes_of_them() {
+        for reply in [
+            &b"+OK\r\n"[..],
+            b"+QUEUED\r\n",
+            b":42\r\n",
+            b":-7\r\n",
+            b"$3\r\nabc\r\n",
+            b"$0\r\n\r\n",
+            b"$-1\r\n",
+            b"*-1\r\n",
+            b"*0\r\n",
+            b"*2\r\n:1\r\n:1795727772372935\r\n",
+            b"*3\r\n:4\r\n$32\r\n2a588abab8c174d6f648e11321bd4d87\r\n:12\r\n",
+            b"*3\r\n$1\r\na\r\n*2\r\n:1\r\n$-1\r\n:7\r\n",
+            b"$4\r\na\r\nb\r\n",
+            b"*3\r\n$7\r\nmessage\r\n$4\r\nchan\r\n$5\r\nw.1 x\r\n",
+        ] {
+            let expected = redis::parse_redis_value(reply).unwrap();
+            assert_eq!(plain_value(reply), Some(expected), "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn errors_and_deep_arrays_are_left_to_redis_rs() {
+        assert_eq!(plain_value(b"-NOSCRIPT No matching script\r\n"), None);
+        assert_eq!(plain_value(b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"), None);
+        assert_eq!(plain_value(b"*2\r\n:1\r\n-ERR inside\r\n"), None);
+        // A reply that is not one whole value is not taken either.
+        assert_eq!(plain_value(b":1\r\n:2\r\n"), None);
+        assert_eq!(plain_value(b"$3\r\nab"), None);
     }
 
     #[test]

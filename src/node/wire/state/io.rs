@@ -8,7 +8,7 @@ use redis::RedisError;
 use tokio::io::{AsyncWrite, ReadBuf};
 
 use super::{READ_CHUNK, State};
-use crate::node::resp::reply_len;
+use crate::node::resp::{plain_value, reply_len};
 
 impl State {
     /// Writes what may go out, as far as the socket takes it now.
@@ -93,7 +93,9 @@ impl State {
                 Ok(None) => return,
                 Err(e) => return self.fail(broken_stream(e.0), Some(me)),
             };
-            let value = match redis::parse_redis_value(&bytes[..len]) {
+            let reply = &bytes[..len];
+            let value = match plain_value(reply).map_or_else(|| redis::parse_redis_value(reply), Ok)
+            {
                 Ok(value) => value,
                 Err(e) => return self.fail(broken_stream(e.to_string()), Some(me)),
             };
