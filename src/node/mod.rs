@@ -22,6 +22,7 @@ mod calls;
 mod deadlines;
 mod detached;
 mod dial;
+mod encode;
 mod health;
 mod keys;
 mod link;

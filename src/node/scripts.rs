@@ -4,8 +4,9 @@
 use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
+use super::encode::{ScriptArgs, write_script_call};
 use super::health::probe_pipeline;
 use super::wire::Wire;
 use super::{LinkId, Node};
@@ -142,13 +143,6 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     inspect: LuaScript::new(1 << 15, include_str!("../../lua/inspect.lua")),
 });
 
-/// The most arguments after the keys that any script call sends (a release that keeps the
-/// releaser's place: ten), with room to spare.
-const MOST_SCRIPT_ARGS: usize = 12;
-
-/// Room for those arguments' bytes: tokens, waiter ids, channels and numbers.
-const MOST_SCRIPT_ARG_BYTES: usize = 320;
-
 impl Node {
     /// Runs a script with the given keys, using `EVALSHA` when the node is known to have the
     /// script and `EVAL` (which also caches it) otherwise. When the node's health is due for a
@@ -163,29 +157,22 @@ impl Node {
         op: Operation,
         script: &LuaScript,
         keys: &[&str],
-        args: impl Fn(&mut Cmd),
+        args: impl Fn(&mut ScriptArgs<'_>),
     ) -> std::result::Result<(Value, LinkId), NodeFailureKind> {
         let (link, conn) = self.connect();
         let known = self.loaded.load(Ordering::Relaxed) & script.bit != 0;
-        let build = |by_hash: bool| {
-            // Sized up front: a command grows its buffers from empty otherwise, a dozen
-            // reallocations for each call to each node.
-            let (name, script_arg) = if by_hash {
-                ("EVALSHA", script.sha.as_str())
-            } else {
-                ("EVAL", script.body)
-            };
-            let key_bytes: usize = keys.iter().map(|k| k.len()).sum();
-            let mut cmd = Cmd::with_capacity(
-                keys.len() + MOST_SCRIPT_ARGS + 3,
-                name.len() + script_arg.len() + key_bytes + MOST_SCRIPT_ARG_BYTES,
-            );
-            cmd.arg(name).arg(script_arg).arg(keys.len()).arg(keys);
-            args(&mut cmd);
-            cmd
+        let call = |by_hash: bool| {
+            let args = &args;
+            move |out: &mut Vec<u8>| {
+                if by_hash {
+                    write_script_call(out, "EVALSHA", &script.sha, keys, args);
+                } else {
+                    write_script_call(out, "EVAL", script.body, keys, args);
+                }
+            }
         };
         let probe = self.needs_probe(link);
-        let sent = self.send(op, &conn, link, &build(known), probe);
+        let sent = self.send(op, &conn, link, call(known), probe);
         // Sent whole, the script is cached on the node before any later command on this
         // connection runs: those can go by hash, without waiting for this one's answer.
         self.loaded.fetch_or(script.bit, Ordering::Relaxed);
@@ -195,7 +182,7 @@ impl Node {
         {
             self.loaded.fetch_and(!script.bit, Ordering::Relaxed);
             self.health().verified_link = None;
-            result = self.send(op, &conn, link, &build(false), true).await;
+            result = self.send(op, &conn, link, call(false), true).await;
             self.loaded.fetch_or(script.bit, Ordering::Relaxed);
         }
         match result {
@@ -204,24 +191,24 @@ impl Node {
         }
     }
 
-    /// Sends `cmd` on connection `link`, with a health reading in front when `probe` is set.
-    /// The command is sent when this is called; the future answers.
-    fn send(
+    /// Sends the command `write` writes on connection `link`, with a health reading in front
+    /// when `probe` is set. The command is sent when this is called; the future answers.
+    fn send<W: FnOnce(&mut Vec<u8>)>(
         &self,
         op: Operation,
         conn: &Wire,
         link: LinkId,
-        cmd: &Cmd,
+        write: W,
         probe: bool,
-    ) -> impl Future<Output = RedisResult<Value>> + use<'_> {
+    ) -> impl Future<Output = RedisResult<Value>> + use<'_, W> {
         let call = if probe {
             // The reading in front of the command, in one write.
             conn.call(Some(op), 3, |out| {
                 out.extend_from_slice(&probe_pipeline().get_packed_pipeline());
-                cmd.write_packed_command(out);
+                write(out);
             })
         } else {
-            conn.call(Some(op), 1, |out| cmd.write_packed_command(out))
+            conn.call(Some(op), 1, write)
         };
         async move {
             let mut values = call.await?;
