@@ -1,6 +1,5 @@
-//! Where one reply ends in the bytes read from a master (RESP2), so that an incomplete reply
-//! is left until more bytes come, and a complete one's value, built in the same way for the
-//! plain replies every lock operation gets.
+//! The replies read from a master (RESP2): where one ends, so that an incomplete one waits for
+//! more bytes, and the value of a plain one, built without redis-rs's general parser.
 
 use redis::Value;
 
