@@ -76,13 +76,12 @@ pub(crate) fn write_script_call(
         count: 0,
     };
     args(&mut counted);
-    let mut digits = itoa::Buffer::new();
     out.push(b'*');
-    out.extend_from_slice(digits.format(3 + keys.len() + counted.count).as_bytes());
+    out.extend_from_slice(decimal(3 + keys.len() + counted.count, &mut [0; 20]));
     out.extend_from_slice(b"\r\n");
     bulk(out, command.as_bytes());
     bulk(out, script.as_bytes());
-    bulk(out, digits.format(keys.len()).as_bytes());
+    bulk(out, decimal(keys.len(), &mut [0; 20]));
     for key in keys {
         bulk(out, key.as_bytes());
     }
@@ -95,10 +94,25 @@ pub(crate) fn write_script_call(
 /// Appends `arg` as a RESP bulk string.
 fn bulk(out: &mut Vec<u8>, arg: &[u8]) {
     out.push(b'$');
-    out.extend_from_slice(itoa::Buffer::new().format(arg.len()).as_bytes());
+    out.extend_from_slice(decimal(arg.len(), &mut [0; 20]));
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(arg);
     out.extend_from_slice(b"\r\n");
+}
+
+/// `n` in decimal, written at the end of `digits` (a `usize` has at most 20).
+fn decimal(n: usize, digits: &mut [u8; 20]) -> &[u8] {
+    let mut start = digits.len();
+    let mut rest = n;
+    for slot in digits.iter_mut().rev() {
+        *slot = b'0' + (rest % 10) as u8;
+        start -= 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    digits.get(start..).unwrap_or(&[])
 }
 
 #[cfg(test)]
@@ -118,6 +132,13 @@ mod tests {
         cmd.arg(script).arg(keys.len()).arg(keys);
         args(&mut cmd);
         cmd.get_packed_command()
+    }
+
+    #[test]
+    fn lengths_are_written_in_decimal() {
+        for n in [0, 7, 10, 99, 100, 4096, 1_000_000, usize::MAX] {
+            assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
     }
 
     #[test]
