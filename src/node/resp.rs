@@ -1,5 +1,6 @@
-//! The replies read from a master (RESP2): where one ends, so that an incomplete one waits for
-//! more bytes, and the value of a plain one, built without redis-rs's general parser.
+//! The replies read from a master (RESP2): the value of a plain one and where it ends, built in
+//! one pass without redis-rs's general parser, and where any other ends, so that an incomplete
+//! one waits for more bytes and a complete one goes to that parser.
 
 use redis::Value;
 
@@ -63,15 +64,15 @@ pub(super) fn reply_len(bytes: &[u8]) -> Result<Option<usize>, Malformed> {
 /// scripts answer flat arrays or arrays of arrays.
 const PLAIN_DEPTH: usize = 4;
 
-/// The value of one complete reply (as [`reply_len`] measured it), with the same shape as
-/// redis-rs's parser gives: `None` for an error reply and anything else this does not build,
-/// which then go to that parser. Every lock operation gets a reply from each master, and the
-/// general parser costs several allocations for each, where this needs one per string or
-/// array.
-pub(super) fn plain_value(reply: &[u8]) -> Option<Value> {
+/// The first reply in `bytes`, if it is complete and plain, and its length: the same value
+/// redis-rs's parser gives. `None` for an incomplete reply, an error reply and anything else
+/// this does not build; [`reply_len`] and that parser take those. Every lock operation gets a
+/// reply from each master, and the general parser costs several allocations for each, where
+/// this needs one per string or array, in the same pass that finds where the reply ends.
+pub(super) fn plain_value(bytes: &[u8]) -> Option<(Value, usize)> {
     let mut at = 0;
-    let value = value_at(reply, &mut at, 0)?;
-    (at == reply.len()).then_some(value)
+    let value = value_at(bytes, &mut at, 0)?;
+    Some((value, at))
 }
 
 /// The value starting at `at`, which is moved past it.
@@ -91,10 +92,10 @@ fn value_at(bytes: &[u8], at: &mut usize, depth: usize) -> Option<Value> {
         }
         b':' => Some(Value::Int(number(line)?)),
         b'$' => {
-            let Ok(len) = usize::try_from(number(line)?) else {
+            let Ok(len) = usize::try_from(length(line).ok()?) else {
                 return Some(Value::Nil);
             };
-            let end = at.checked_add(len)?;
+            let end = *at + len;
             let data = bytes.get(*at..end)?;
             if bytes.get(end..end + 2)? != b"\r\n" {
                 return None;
@@ -103,10 +104,10 @@ fn value_at(bytes: &[u8], at: &mut usize, depth: usize) -> Option<Value> {
             Some(Value::BulkString(data.to_vec()))
         }
         b'*' if depth < PLAIN_DEPTH => {
-            let Ok(len) = usize::try_from(number(line)?) else {
+            let Ok(len) = usize::try_from(length(line).ok()?) else {
                 return Some(Value::Nil);
             };
-            // Every element takes at least three bytes, so the reply bounds the allocation.
+            // Every element takes at least three bytes, so what was read bounds the allocation.
             let mut items = Vec::with_capacity(len.min(bytes.len() / 3));
             for _ in 0..len {
                 items.push(value_at(bytes, at, depth + 1)?);
@@ -117,7 +118,7 @@ fn value_at(bytes: &[u8], at: &mut usize, depth: usize) -> Option<Value> {
     }
 }
 
-/// An integer line, as redis-rs reads one (surrounding blanks allowed).
+/// An integer reply's line, as redis-rs reads one (surrounding blanks allowed).
 fn number(line: &[u8]) -> Option<i64> {
     std::str::from_utf8(line).ok()?.trim().parse().ok()
 }
@@ -140,21 +141,29 @@ fn length(digits: &[u8]) -> Result<i64, Malformed> {
 mod tests {
     use super::*;
 
+    /// A reply of every shape the masters send, one error among them.
+    const REPLIES: [&[u8]; 16] = [
+        b"+OK\r\n",
+        b"+QUEUED\r\n",
+        b"-ERR no\r\n",
+        b":42\r\n",
+        b":-7\r\n",
+        b"$3\r\nabc\r\n",
+        b"$0\r\n\r\n",
+        b"$-1\r\n",
+        b"*-1\r\n",
+        b"*0\r\n",
+        b"*2\r\n:1\r\n:1795727772372935\r\n",
+        b"*3\r\n:4\r\n$32\r\n2a588abab8c174d6f648e11321bd4d87\r\n:12\r\n",
+        b"*3\r\n$1\r\na\r\n*2\r\n:1\r\n$-1\r\n:7\r\n",
+        b"$4\r\na\r\nb\r\n",
+        b"*3\r\n$7\r\nmessage\r\n$4\r\nchan\r\n$5\r\nw.1 x\r\n",
+        b"*3\r\n$9\r\nsubscribe\r\n$4\r\nchan\r\n:1\r\n",
+    ];
+
     #[test]
     fn complete_replies_are_measured() {
-        for reply in [
-            &b"+OK\r\n"[..],
-            b"-ERR no\r\n",
-            b":42\r\n",
-            b"$3\r\nabc\r\n",
-            b"$0\r\n\r\n",
-            b"$-1\r\n",
-            b"*-1\r\n",
-            b"*0\r\n",
-            b"*2\r\n:1\r\n:5\r\n",
-            b"*3\r\n$1\r\na\r\n*2\r\n:1\r\n$-1\r\n:7\r\n",
-            b"$4\r\na\r\nb\r\n",
-        ] {
+        for reply in REPLIES {
             assert_eq!(reply_len(reply), Ok(Some(reply.len())), "{reply:?}");
             // Followed by the start of the next reply, it is measured the same.
             let mut more = reply.to_vec();
@@ -169,24 +178,19 @@ mod tests {
 
     #[test]
     fn plain_values_are_what_redis_rs_makes_of_them() {
-        for reply in [
-            &b"+OK\r\n"[..],
-            b"+QUEUED\r\n",
-            b":42\r\n",
-            b":-7\r\n",
-            b"$3\r\nabc\r\n",
-            b"$0\r\n\r\n",
-            b"$-1\r\n",
-            b"*-1\r\n",
-            b"*0\r\n",
-            b"*2\r\n:1\r\n:1795727772372935\r\n",
-            b"*3\r\n:4\r\n$32\r\n2a588abab8c174d6f648e11321bd4d87\r\n:12\r\n",
-            b"*3\r\n$1\r\na\r\n*2\r\n:1\r\n$-1\r\n:7\r\n",
-            b"$4\r\na\r\nb\r\n",
-            b"*3\r\n$7\r\nmessage\r\n$4\r\nchan\r\n$5\r\nw.1 x\r\n",
-        ] {
-            let expected = redis::parse_redis_value(reply).unwrap();
-            assert_eq!(plain_value(reply), Some(expected), "{reply:?}");
+        for reply in REPLIES {
+            let expected = match redis::parse_redis_value(reply).unwrap() {
+                Value::ServerError(_) => None,
+                value => Some((value, reply.len())),
+            };
+            assert_eq!(plain_value(reply), expected, "{reply:?}");
+            // Followed by the next reply, it is read the same; cut anywhere, not at all.
+            let mut more = reply.to_vec();
+            more.extend_from_slice(b":1\r\n");
+            assert_eq!(plain_value(&more), expected, "{reply:?}");
+            for cut in 0..reply.len() {
+                assert_eq!(plain_value(&reply[..cut]), None, "{reply:?} cut at {cut}");
+            }
         }
     }
 
@@ -195,9 +199,10 @@ mod tests {
         assert_eq!(plain_value(b"-NOSCRIPT No matching script\r\n"), None);
         assert_eq!(plain_value(b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n"), None);
         assert_eq!(plain_value(b"*2\r\n:1\r\n-ERR inside\r\n"), None);
-        // A reply that is not one whole value is not taken either.
-        assert_eq!(plain_value(b":1\r\n:2\r\n"), None);
-        assert_eq!(plain_value(b"$3\r\nab"), None);
+        // Nor does it take what reply_len calls malformed.
+        assert_eq!(plain_value(b"$-2\r\n"), None);
+        assert_eq!(plain_value(b"*99999999999\r\n"), None);
+        assert_eq!(plain_value(b"$3\r\nabcde\r\n"), None);
     }
 
     #[test]

@@ -88,16 +88,19 @@ impl State {
     fn parse(&mut self, me: u64) {
         while self.broken.is_none() && self.parsed < self.filled {
             let bytes = &self.input[self.parsed..self.filled];
-            let len = match reply_len(bytes) {
-                Ok(Some(len)) => len,
-                Ok(None) => return,
-                Err(e) => return self.fail(broken_stream(e.0), Some(me)),
-            };
-            let reply = &bytes[..len];
-            let value = match plain_value(reply).map_or_else(|| redis::parse_redis_value(reply), Ok)
-            {
-                Ok(value) => value,
-                Err(e) => return self.fail(broken_stream(e.to_string()), Some(me)),
+            let (value, len) = match plain_value(bytes) {
+                Some(plain) => plain,
+                None => {
+                    let len = match reply_len(bytes) {
+                        Ok(Some(len)) => len,
+                        Ok(None) => return,
+                        Err(e) => return self.fail(broken_stream(e.0), Some(me)),
+                    };
+                    match redis::parse_redis_value(&bytes[..len]) {
+                        Ok(value) => (value, len),
+                        Err(e) => return self.fail(broken_stream(e.to_string()), Some(me)),
+                    }
+                }
             };
             self.parsed += len;
             let Some(first) = self.waiting.front_mut() else {
