@@ -51,8 +51,13 @@ pub(crate) struct KeyList<'k> {
 }
 
 impl<'k> KeyList<'k> {
-    /// Adds `key`; the lists above have at most eight (the tests count them).
+    /// Adds `key`; the lists above have at most eight (the tests count them). A ninth would
+    /// leave a script short of a key, so a test build stops at it.
     fn push(&mut self, key: &'k str) {
+        debug_assert!(
+            self.len < self.keys.len(),
+            "a script call has more than eight keys"
+        );
         if let Some(slot) = self.keys.get_mut(self.len) {
             *slot = key;
             self.len += 1;
