@@ -50,6 +50,16 @@ async fn bench_reports_every_figure_and_no_violation() {
     };
     let floor = find("floor")["value"].as_f64().unwrap();
     assert!(floor > 0.0);
+    let lowest = find("floor: lowest reading")["value"].as_f64().unwrap();
+    let highest = find("floor: highest reading")["value"].as_f64().unwrap();
+    assert!(
+        lowest > 0.0 && lowest <= floor && floor <= highest,
+        "{lines:?}"
+    );
+    let spread = find("floor: highest reading over the lowest")["value"]
+        .as_f64()
+        .unwrap();
+    assert!((spread - highest / lowest).abs() < 1e-9, "{spread}");
     for prefix in [
         "bound N=3: SET on every master at once",
         "bound N=5: SET on every master at once",

@@ -228,10 +228,19 @@ pub async fn run(
     );
     head.latency("floor: lowest reading", lowest);
     head.latency("floor: highest reading", highest);
+    // Where a round trip costs far more across CPUs than on one (a virtual machine's idle CPU
+    // can be slow to wake), the readings split between two values, and every ratio to the
+    // floor depends on which of them the median fell on.
+    let spread = highest / lowest;
+    head.plain("floor: highest reading over the lowest", spread, "share");
     let mut figures = head.finish(floor_us);
     figures.extend(report.finish(floor_us));
     Ok(figures)
 }
+
+/// How far apart the floor's lowest and highest readings may be before `redquorum bench` says
+/// that its ratios to the floor are not to be trusted.
+pub const FLOOR_SPREAD_WARNING: f64 = 2.0;
 
 /// A client on `urls` as every benchmark uses one.
 pub(super) fn client(urls: &[String]) -> Result<Client, Error> {
