@@ -232,11 +232,14 @@ pub async fn run(
     // can be slow to wake), the readings split between two values, and every ratio to the
     // floor depends on which of them the median fell on.
     let spread = highest / lowest;
-    head.plain("floor: highest reading over the lowest", spread, "share");
+    head.plain(FLOOR_SPREAD, spread, "share");
     let mut figures = head.finish(floor_us);
     figures.extend(report.finish(floor_us));
     Ok(figures)
 }
+
+/// The figure for how far apart the floor's lowest and highest readings are.
+pub const FLOOR_SPREAD: &str = "floor: highest reading over the lowest";
 
 /// How far apart the floor's lowest and highest readings may be before `redquorum bench` says
 /// that its ratios to the floor are not to be trusted.

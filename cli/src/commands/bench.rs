@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use redquorum_cli::bench::{BenchOptions, FLOOR_SPREAD_WARNING, Figure};
+use redquorum_cli::bench::{BenchOptions, FLOOR_SPREAD, FLOOR_SPREAD_WARNING, Figure};
 
 use super::{EXIT_OK, EXIT_SOFTWARE};
 
@@ -22,7 +22,7 @@ pub(super) async fn run(opts: BenchOptions, json: PathBuf) -> u8 {
     println!("{}", table(&figures));
     if let Some(spread) = figures
         .iter()
-        .find(|f| f.name.starts_with("floor: highest reading over the lowest"))
+        .find(|f| f.name == FLOOR_SPREAD)
         .map(|f| f.value)
         .filter(|spread| *spread > FLOOR_SPREAD_WARNING)
     {
