@@ -239,11 +239,24 @@ pub async fn run(
 }
 
 /// The figure for how far apart the floor's lowest and highest readings are.
-pub const FLOOR_SPREAD: &str = "floor: highest reading over the lowest";
+const FLOOR_SPREAD: &str = "floor: highest reading over the lowest";
 
-/// How far apart the floor's lowest and highest readings may be before `redquorum bench` says
-/// that its ratios to the floor are not to be trusted.
-pub const FLOOR_SPREAD_WARNING: f64 = 2.0;
+/// How far apart the floor's lowest and highest readings may be before the run is told that its
+/// ratios to the floor are not to be trusted.
+const FLOOR_SPREAD_WARNING: f64 = 2.0;
+
+/// What to tell the reader of `figures` when the floor's readings are too far apart for the
+/// ratios to it to mean much; `None` when they agree.
+pub fn floor_warning(figures: &[Figure]) -> Option<String> {
+    let spread = figures.iter().find(|f| f.name == FLOOR_SPREAD)?.value;
+    (spread > FLOOR_SPREAD_WARNING).then(|| {
+        format!(
+            "The floor's readings differ {spread:.1}-fold: a round trip on this machine depends on \
+             where the processes run, so the ratios to the floor depend on which reading the \
+             median fell on; compare the figures themselves."
+        )
+    })
+}
 
 /// A client on `urls` as every benchmark uses one.
 pub(super) fn client(urls: &[String]) -> Result<Client, Error> {
@@ -262,4 +275,26 @@ pub(super) fn percentile(samples: &mut [Duration], p: f64) -> f64 {
     samples.sort_unstable();
     let i = ((samples.len() - 1) as f64 * p).round() as usize;
     samples[i].as_secs_f64() * 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spread(value: f64) -> Vec<Figure> {
+        let mut head = Report::default();
+        head.latency("floor: lowest reading", 10.0);
+        head.plain(FLOOR_SPREAD, value, "share");
+        head.finish(10.0)
+    }
+
+    #[test]
+    fn a_floor_whose_readings_split_is_called_out() {
+        let warning = floor_warning(&spread(7.4)).expect("a 7.4-fold spread is called out");
+        assert!(warning.contains("7.4-fold"), "{warning}");
+        assert_eq!(floor_warning(&spread(1.3)), None);
+        assert_eq!(floor_warning(&spread(FLOOR_SPREAD_WARNING)), None);
+        // A run without the figure says nothing rather than guessing.
+        assert_eq!(floor_warning(&spread(7.4)[..1]), None);
+    }
 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use redquorum_cli::bench::{BenchOptions, FLOOR_SPREAD, FLOOR_SPREAD_WARNING, Figure};
+use redquorum_cli::bench::{BenchOptions, Figure, floor_warning};
 
 use super::{EXIT_OK, EXIT_SOFTWARE};
 
@@ -20,17 +20,8 @@ pub(super) async fn run(opts: BenchOptions, json: PathBuf) -> u8 {
         }
     };
     println!("{}", table(&figures));
-    if let Some(spread) = figures
-        .iter()
-        .find(|f| f.name == FLOOR_SPREAD)
-        .map(|f| f.value)
-        .filter(|spread| *spread > FLOOR_SPREAD_WARNING)
-    {
-        println!(
-            "The floor's readings differ {spread:.1}-fold: a round trip on this machine depends on \
-             where the processes run, so the ratios to the floor depend on which reading the \
-             median fell on; compare the figures themselves.\n"
-        );
+    if let Some(warning) = floor_warning(&figures) {
+        println!("{warning}\n");
     }
     if let Err(e) = write_json(&figures, &json) {
         tracing::error!("cannot write {}: {e}", json.display());
