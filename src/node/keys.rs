@@ -42,27 +42,14 @@ fn joined(parts: &[&str]) -> String {
     key
 }
 
-/// The keys of one script call, held in place: every call to every node makes one, and the
-/// longest list has eight.
+/// How many keys a [`KeyList`] holds: the longest list, a reentrant lock's acquire, has eight.
+const KEY_LIST_CAPACITY: usize = 8;
+
+/// The keys of one script call, held in place: every call to every node makes one.
 #[derive(Debug, Default)]
 pub(crate) struct KeyList<'k> {
-    keys: [&'k str; 8],
+    keys: [&'k str; KEY_LIST_CAPACITY],
     len: usize,
-}
-
-impl<'k> KeyList<'k> {
-    /// Adds `key`; the lists above have at most eight (the tests count them). A ninth would
-    /// leave a script short of a key, so a test build stops at it.
-    fn push(&mut self, key: &'k str) {
-        debug_assert!(
-            self.len < self.keys.len(),
-            "a script call has more than eight keys"
-        );
-        if let Some(slot) = self.keys.get_mut(self.len) {
-            *slot = key;
-            self.len += 1;
-        }
-    }
 }
 
 impl<'k> std::ops::Deref for KeyList<'k> {
@@ -140,7 +127,7 @@ impl Keys {
     /// The keys of the acquire scripts (a reentrant lock's holds last).
     pub(crate) fn for_acquire(&self) -> KeyList<'_> {
         let d = &self.deployment;
-        self.with_holds(&[
+        self.with_holds([
             &self.lock,
             &self.fence,
             &self.queue,
@@ -153,13 +140,13 @@ impl Keys {
 
     /// The keys of the extend scripts (a reentrant lock's holds last).
     pub(crate) fn for_extend(&self) -> KeyList<'_> {
-        self.with_holds(&[&self.lock, &self.fence, &self.deployment.longest_ttl])
+        self.with_holds([&self.lock, &self.fence, &self.deployment.longest_ttl])
     }
 
     /// The keys of the release scripts (a reentrant lock's holds last).
     pub(crate) fn for_release(&self) -> KeyList<'_> {
         let d = &self.deployment;
-        self.with_holds(&[
+        self.with_holds([
             &self.lock,
             &self.queue,
             &self.terms,
@@ -169,14 +156,20 @@ impl Keys {
         ])
     }
 
-    /// `keys`, and a reentrant lock's holds after them.
-    fn with_holds<'k>(&'k self, keys: &[&'k str]) -> KeyList<'k> {
+    /// `keys`, and a reentrant lock's holds after them. A call with more keys than a list
+    /// holds does not build: a key left out would leave a script short of one.
+    fn with_holds<'k, const N: usize>(&'k self, keys: [&'k str; N]) -> KeyList<'k> {
+        const {
+            assert!(
+                N < KEY_LIST_CAPACITY,
+                "a script call has more keys than a KeyList holds"
+            )
+        };
         let mut list = KeyList::default();
-        for key in keys {
-            list.push(key);
-        }
-        if matches!(self.kind, LockKind::Reentrant(_)) {
-            list.push(&self.holds);
+        let holds = matches!(self.kind, LockKind::Reentrant(_)).then_some(self.holds.as_str());
+        for (slot, key) in list.keys.iter_mut().zip(keys.into_iter().chain(holds)) {
+            *slot = key;
+            list.len += 1;
         }
         list
     }
