@@ -37,13 +37,10 @@ impl BearerToken {
 
 /// Refuses requests without the right bearer token.
 pub(crate) async fn require(
-    State(token): State<Option<BearerToken>>,
+    State(token): State<BearerToken>,
     req: Request,
     next: Next,
 ) -> Response {
-    let Some(token) = token else {
-        return next.run(req).await;
-    };
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
