@@ -6,6 +6,13 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// An HTTP request allocates a few dozen times on its way through the server (hyper's buffers,
+/// axum's boxed futures, the JSON of the body and of the answer): glibc's malloc and free were
+/// 4% of the CPU of a profile of `bench`'s HTTP pairs. With mimalloc, its HTTP pairs over the
+/// library's went from a median of 0.666 to 0.683 (27 readings of each, alternating).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = match commands::Cli::try_parse() {
         Ok(args) => args,
