@@ -4,10 +4,12 @@
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod processes;
 
 use std::process::Stdio;
 use std::time::Duration;
 
+use processes::{alive, children};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -19,25 +21,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// Pids of the running children of `pid` named `name`.
-fn children(pid: u32, name: &str) -> Vec<u32> {
-    let out = std::process::Command::new("pgrep")
-        .args(["-P", &pid.to_string(), name])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
-fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_default()
-            .contains(") Z ")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,10 +5,23 @@ use std::path::PathBuf;
 
 use redquorum_cli::bench::{BenchOptions, Figure, floor_warning};
 
+use super::stop::stop_requested;
 use super::{EXIT_OK, EXIT_SOFTWARE};
 
 pub(super) async fn run(opts: BenchOptions, json: PathBuf) -> u8 {
-    let figures = match tokio::spawn(async move { redquorum_cli::bench::run(&opts).await }).await {
+    let mut bench = tokio::spawn(async move { redquorum_cli::bench::run(&opts).await });
+    let joined = tokio::select! {
+        joined = &mut bench => joined,
+        stop = stop_requested() => {
+            // The benchmark owns the masters it started: once its task is gone, so are they.
+            // A process that just exited would leave them running.
+            bench.abort();
+            let _ = bench.await;
+            tracing::error!("{}: the benchmark and the masters it started were stopped", stop.name());
+            return stop.exit_code();
+        }
+    };
+    let figures = match joined {
         Ok(Ok(f)) => f,
         Ok(Err(e)) => {
             tracing::error!("the benchmark failed: {e}");

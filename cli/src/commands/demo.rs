@@ -6,10 +6,19 @@ use std::time::{Duration, Instant};
 use redquorum::{Client, Error, LockOptions};
 use redquorum_testkit::LocalNodes;
 
+use super::stop::stop_requested;
 use super::{EXIT_OK, EXIT_SOFTWARE};
 
 pub(super) async fn run(masters: usize, pairs: u32) -> u8 {
-    match demo(masters, pairs).await {
+    // A signal drops the demo, and with it the masters it started.
+    let result = tokio::select! {
+        result = demo(masters, pairs) => result,
+        stop = stop_requested() => {
+            tracing::error!("{}: the demo and the masters it started were stopped", stop.name());
+            return stop.exit_code();
+        }
+    };
+    match result {
         Ok(()) => EXIT_OK,
         Err(e) => {
             tracing::error!("{e}");

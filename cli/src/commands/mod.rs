@@ -7,6 +7,7 @@ mod demo;
 mod doctor;
 mod run;
 mod serve;
+mod stop;
 mod tools;
 
 use std::process::ExitCode;
@@ -150,7 +151,8 @@ enum Command {
     /// Run the HTTP lock coordinator (see docs/http-api.md), with Prometheus /metrics.
     #[command(after_long_help = SERVE_HELP)]
     Serve(serve::ServeArgs),
-    /// Start local redis-server masters, show a lock's life on them, and measure it.
+    /// Start local redis-server masters, show a lock's life on them, and measure it. SIGINT or
+    /// SIGTERM stops the masters too (exit code 130 or 143).
     Demo {
         /// How many masters to start.
         #[arg(long, default_value_t = 5)]
@@ -163,7 +165,7 @@ enum Command {
     /// contended handoff and the HTTP service, each next to its ratio to the floor.
     Bench {
         /// Masters to use (comma-separated); by default five local redis-server masters are
-        /// started (and stopped afterwards).
+        /// started, and stopped afterwards or on SIGINT or SIGTERM (exit code 130 or 143).
         #[arg(
             long,
             env = "REDQUORUM_BENCH_NODES",

@@ -7,9 +7,9 @@ use std::time::Duration;
 use redquorum_cli::server::{AppOptions, BearerToken};
 use redquorum_testkit::LocalNodes;
 use tokio::net::TcpListener;
-use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
+use super::stop::stop_requested;
 use super::{EXIT_OK, EXIT_SOFTWARE, NodeArgs, build, usage};
 
 /// Default address of the API.
@@ -149,18 +149,7 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
         );
     }
     let shutdown = async {
-        let mut term = match signal(SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the server");
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
+        stop_requested().await;
     };
     redquorum_cli::server::serve(listener, router, metrics_side, sessions, shutdown).await;
     // Stops the --dev masters.
