@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use crate::cluster::Cluster;
 use crate::error::{NodeFailureKind, Operation};
@@ -175,20 +174,27 @@ impl Cluster {
     }
 }
 
-/// Marks the deployment in the background, unless a marking already runs: for a master found
-/// without its marker by an answer that came after the vote was decided.
+/// Marks the deployment in the background: for a master found without its marker by an
+/// answer that came after the vote was decided. A marking already under way reads the masters
+/// again once it ends (see [`MarkingRequests`](crate::cluster::MarkingRequests)).
 pub(crate) fn mark_in_background(cluster: &Arc<Cluster>) {
-    if cluster.marking.swap(true, Ordering::AcqRel) {
+    if !cluster.marking.ask() {
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        cluster.marking.store(false, Ordering::Release);
+        cluster.marking.abandon();
         return;
     };
     let cluster = cluster.clone();
     runtime.spawn(async move {
-        cluster.mark_deployment().await;
-        cluster.marking.store(false, Ordering::Release);
+        loop {
+            while cluster.marking.take() {
+                cluster.mark_deployment().await;
+            }
+            if !cluster.marking.finish() {
+                break;
+            }
+        }
     });
 }
 

@@ -3,15 +3,17 @@
 //! subscriptions, and giving grants back in the background.
 
 mod give_back;
+mod marking;
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
 pub(crate) use give_back::GiveBack;
+pub(crate) use marking::MarkingRequests;
 
 use crate::config::{ClientSettings, LockKind, limits, validate_name};
 use crate::error::{Error, NodeFailure, NodeFailureKind, Operation, Result};
@@ -37,8 +39,8 @@ pub(crate) struct Cluster {
     highest_fence: AtomicU64,
     pub(crate) waiters: Waiters,
     pub(crate) deployment_keys: Arc<DeploymentKeys>,
-    /// Set while a marking of the deployment runs in the background.
-    pub(crate) marking: AtomicBool,
+    /// Markings of the deployment asked for in the background.
+    pub(crate) marking: MarkingRequests,
     /// Held by the marking that runs: one at a time, so that an attempt that marks waits for
     /// one under way in the background and then reads the masters as it left them, instead of
     /// reading them half-marked.
@@ -106,7 +108,7 @@ impl Cluster {
             nodes,
             waiters,
             deployment_keys: Arc::new(DeploymentKeys::new(&settings.key_prefix)),
-            marking: AtomicBool::new(false),
+            marking: MarkingRequests::default(),
             marking_turn: tokio::sync::Mutex::new(()),
             settings,
             highest_fence: AtomicU64::new(0),
