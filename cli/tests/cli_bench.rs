@@ -74,6 +74,7 @@ async fn bench_reports_every_figure_and_no_violation() {
         "contended N=5: 8 workers, one name, 1ms sections: handoff p50",
         "HTTP serve N=5: acquire+release pairs",
         "HTTP serve N=5: the library's pairs in the blocks between",
+        "HTTP serve N=5: one exchange that asks no master",
     ] {
         let figure = find(prefix);
         assert!(figure["value"].as_f64().unwrap() > 0.0, "{figure}");

@@ -24,6 +24,9 @@ pub(super) struct Http {
     pub(super) pairs_per_second: f64,
     pub(super) acquire_p50_us: f64,
     pub(super) acquire_p99_us: f64,
+    /// One exchange on the same connection that asks no master (`GET /healthz`): what the
+    /// transport, hyper and axum cost a request, with none of the lock's work.
+    pub(super) exchange_p50_us: f64,
     /// The library's figures, from the blocks that alternated with these.
     pub(super) library_failed: u64,
     pub(super) library_pairs_per_second: f64,
@@ -69,6 +72,23 @@ impl Connection {
             self.host,
             body.len()
         );
+        self.exchange(&request).await
+    }
+
+    /// GETs `path`, as [`post`](Self::post).
+    async fn get<T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+    ) -> Result<Result<T, String>, BoxError> {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: {}\r\n\r\n", self.host);
+        self.exchange(&request).await
+    }
+
+    /// Sends `request` and reads its response, as [`post`](Self::post).
+    async fn exchange<T: DeserializeOwned>(
+        &mut self,
+        request: &str,
+    ) -> Result<Result<T, String>, BoxError> {
         self.stream.write_all(request.as_bytes()).await?;
         self.buf.clear();
         let (head_len, status, content_length) = loop {
@@ -150,6 +170,9 @@ pub(super) async fn http(client: &Client, pairs: usize) -> Result<Http, BoxError
 /// How many blocks each side's pairs are split into.
 const BLOCKS: usize = 10;
 
+/// Bare exchanges in each block, between the blocks of pairs.
+const EXCHANGES_PER_BLOCK: usize = 100;
+
 /// Pairs made one after the other, and how long they took in all.
 #[derive(Default)]
 struct Pairs {
@@ -172,9 +195,11 @@ async fn alternating(client: &Client, addr: SocketAddr, pairs: usize) -> Result<
     through_library(client, &opts, "warm", WARM_UP, &mut Pairs::default()).await;
     let mut web = Pairs::default();
     let mut library = Pairs::default();
+    let mut exchanges = Vec::with_capacity(EXCHANGES_PER_BLOCK * BLOCKS);
     let per_block = pairs.div_ceil(BLOCKS);
     for block in 0..BLOCKS {
         let label = block.to_string();
+        bare_exchanges(&mut conn, EXCHANGES_PER_BLOCK, &mut exchanges).await?;
         over_http(&mut conn, &label, per_block, &mut web).await?;
         through_library(client, &opts, &label, per_block, &mut library).await;
     }
@@ -183,6 +208,7 @@ async fn alternating(client: &Client, addr: SocketAddr, pairs: usize) -> Result<
         pairs_per_second: web.per_second(),
         acquire_p50_us: percentile(&mut web.acquires, 0.5),
         acquire_p99_us: percentile(&mut web.acquires, 0.99),
+        exchange_p50_us: percentile(&mut exchanges, 0.5),
         library_failed: library.failed,
         library_pairs_per_second: library.per_second(),
         library_acquire_p50_us: percentile(&mut library.acquires, 0.5),
@@ -201,6 +227,22 @@ struct Held {
 #[derive(Serialize)]
 struct Release<'a> {
     token: &'a str,
+}
+
+/// `GET /healthz` exchanges, one after the other, each timed into `took`.
+async fn bare_exchanges(
+    conn: &mut Connection,
+    count: usize,
+    took: &mut Vec<Duration>,
+) -> Result<(), BoxError> {
+    for _ in 0..count {
+        let t = Instant::now();
+        if let Err(answer) = conn.get::<IgnoredAny>("/healthz").await? {
+            return Err(format!("GET /healthz answered {answer}").into());
+        }
+        took.push(t.elapsed());
+    }
+    Ok(())
 }
 
 async fn over_http(

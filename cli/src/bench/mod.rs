@@ -200,6 +200,15 @@ pub async fn run(
         ),
         http.acquire_p50_us - http.library_acquire_p50_us,
     );
+    // The part of that which is the exchange itself: the same connection, a request that asks
+    // no master.
+    report.latency(
+        format!(
+            "HTTP serve N={}: one exchange that asks no master (GET /healthz), p50",
+            urls.len()
+        ),
+        http.exchange_p50_us,
+    );
     report.plain(
         format!("HTTP serve N={}: pairs/s over the library's", urls.len()),
         http.pairs_per_second / http.library_pairs_per_second,
