@@ -1,11 +1,7 @@
 //! `redquorum bench` runs end to end and reports every figure (small sizes; no timing is asserted).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod processes;
-
 use std::process::Stdio;
-
-use processes::{alive, children};
 
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
 
@@ -111,52 +107,4 @@ async fn an_absurd_thread_count_is_refused_before_anything_runs() {
     assert!(stderr.contains("--threads"), "{stderr}");
     // Refused at parsing: no masters were started, no table printed.
     assert!(out.stdout.is_empty());
-}
-
-/// SIGTERM (a job's timeout, `kill`) and SIGINT (Ctrl-C) stop `bench` and the masters it
-/// started, where the process used to end at once and leave them running.
-#[tokio::test]
-async fn a_stopped_bench_stops_the_masters_it_started() {
-    for (signal, code) in [
-        (nix::sys::signal::Signal::SIGTERM, 143),
-        (nix::sys::signal::Signal::SIGINT, 130),
-    ] {
-        let dir = tempfile::tempdir().unwrap();
-        let bench = tokio::process::Command::new(BIN)
-            .args(["bench", "--seconds", "60", "--json"])
-            .arg(dir.path().join("bench.jsonl"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
-        let pid = bench.id().unwrap();
-        // Its five masters, once all of them run (starting them takes a moment).
-        let started = std::time::Instant::now();
-        let masters = loop {
-            let masters = children(pid, "redis-server");
-            if masters.len() == 5 {
-                break masters;
-            }
-            assert!(
-                started.elapsed() < std::time::Duration::from_secs(30),
-                "the bench started {} masters in 30 s",
-                masters.len()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        };
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
-        let out =
-            tokio::time::timeout(std::time::Duration::from_secs(30), bench.wait_with_output())
-                .await
-                .expect("the bench did not exit within 30 s of the signal")
-                .unwrap();
-        let (status, stderr) = (out.status, String::from_utf8_lossy(&out.stderr));
-        assert_eq!(status.code(), Some(code), "{signal}: {stderr}");
-        assert!(stderr.contains(signal.as_str()), "{stderr}");
-        for master in masters {
-            assert!(!alive(master), "{signal}: master {master} still runs");
-        }
-    }
 }

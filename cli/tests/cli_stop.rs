@@ -1,0 +1,71 @@
+//! SIGTERM (a job's timeout, `kill`) and SIGINT (Ctrl-C) stop `bench` and `demo` and the
+//! masters they started, with the shell's exit code for the signal, where the process used to
+//! end at once and leave its masters running.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod processes;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use processes::{alive, children};
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
+
+/// Starts the command `args`, waits until its five masters run, sends it each signal in turn
+/// (a new process each time), and checks its exit code, its log and that its masters are gone.
+async fn stops_with_its_masters(args: &[&str]) {
+    for (signal, code) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130)] {
+        let command = tokio::process::Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let pid = command.id().unwrap();
+        // Its five masters, once all of them run (starting them takes a moment).
+        let started = Instant::now();
+        let masters = loop {
+            let masters = children(pid, "redis-server");
+            if masters.len() == 5 {
+                break masters;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{args:?} started {} masters in 30 s",
+                masters.len()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).unwrap();
+        let out = tokio::time::timeout(Duration::from_secs(30), command.wait_with_output())
+            .await
+            .expect("the command did not exit within 30 s of the signal")
+            .unwrap();
+        let (status, stderr) = (out.status, String::from_utf8_lossy(&out.stderr));
+        assert_eq!(status.code(), Some(code), "{args:?} {signal}: {stderr}");
+        assert!(stderr.contains(signal.as_str()), "{stderr}");
+        for master in masters {
+            assert!(
+                !alive(master),
+                "{args:?} {signal}: master {master} still runs"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stopped_bench_stops_the_masters_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.jsonl");
+    stops_with_its_masters(&["bench", "--seconds", "60", "--json", json.to_str().unwrap()]).await;
+}
+
+#[tokio::test]
+async fn a_stopped_demo_stops_the_masters_it_started() {
+    // More pairs than it makes in the test's time: the signal comes while it runs.
+    stops_with_its_masters(&["demo", "--pairs", "4000000000"]).await;
+}
