@@ -1,6 +1,7 @@
 //! SIGTERM (a job's timeout, `kill`) and SIGINT (Ctrl-C) stop `bench` and `demo` and the
 //! masters they started, with the shell's exit code for the signal, where the process used to
-//! end at once and leave its masters running.
+//! end at once and leave its masters running; SIGKILL, which the process cannot catch, ends its
+//! masters too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod processes;
@@ -14,9 +15,14 @@ use processes::{alive, children};
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
 
 /// Starts the command `args`, waits until its five masters run, sends it each signal in turn
-/// (a new process each time), and checks its exit code, its log and that its masters are gone.
+/// (a new process each time), and checks its exit code and its log (for the signals it
+/// catches) and that its masters are gone.
 async fn stops_with_its_masters(args: &[&str]) {
-    for (signal, code) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130)] {
+    for (signal, code) in [
+        (Signal::SIGTERM, Some(143)),
+        (Signal::SIGINT, Some(130)),
+        (Signal::SIGKILL, None),
+    ] {
         let command = tokio::process::Command::new(BIN)
             .args(args)
             .stdin(Stdio::null())
@@ -46,14 +52,28 @@ async fn stops_with_its_masters(args: &[&str]) {
             .expect("the command did not exit within 30 s of the signal")
             .unwrap();
         let (status, stderr) = (out.status, String::from_utf8_lossy(&out.stderr));
-        assert_eq!(status.code(), Some(code), "{args:?} {signal}: {stderr}");
-        assert!(stderr.contains(signal.as_str()), "{stderr}");
-        for master in masters {
-            assert!(
-                !alive(master),
-                "{args:?} {signal}: master {master} still runs"
-            );
+        assert_eq!(status.code(), code, "{args:?} {signal}: {stderr}");
+        if code.is_some() {
+            assert!(stderr.contains(signal.as_str()), "{stderr}");
+            // The command stopped them before it exited.
+            for master in &masters {
+                assert!(
+                    !alive(*master),
+                    "{args:?} {signal}: master {master} still runs"
+                );
+            }
         }
+        // Killed outright, the command stopped nothing: the kernel ends the masters with it,
+        // a moment later.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while masters.iter().any(|m| alive(*m)) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let running: Vec<u32> = masters.into_iter().filter(|m| alive(*m)).collect();
+        assert!(
+            running.is_empty(),
+            "{args:?} {signal}: masters {running:?} still run 10 s after"
+        );
     }
 }
 

@@ -1,7 +1,8 @@
 //! Local `redis-server` processes on free loopback ports, for development, tests and benchmarks.
 //!
 //! [`LocalNodes`] starts N independent masters, each in its own temporary directory, and stops
-//! them when dropped. It can kill (SIGKILL), pause (SIGSTOP), resume (SIGCONT) and restart any
+//! them when dropped, or when the process ends however it ends (where util-linux's `setpriv`
+//! runs; see `tied.rs`). It can kill (SIGKILL), pause (SIGSTOP), resume (SIGCONT) and restart any
 //! one of them, which is how the test suite makes faults.
 
 use std::io::{self, Read, Write};
@@ -12,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+mod tied;
 
 /// Environment variable naming the `redis-server` binary to run (default: from `PATH`).
 pub const REDIS_SERVER_ENV: &str = "REDQUORUM_REDIS_SERVER";
@@ -49,7 +52,7 @@ struct TlsFiles {
     key: PathBuf,
 }
 
-/// N local masters on loopback; all are killed when this is dropped.
+/// N local masters on loopback; all are killed when this is dropped, or when the process ends.
 #[derive(Debug)]
 pub struct LocalNodes {
     binary: PathBuf,
@@ -262,7 +265,9 @@ impl LocalNodes {
 
     fn spawn(&self, port: u16, tls_port: Option<u16>, dir: &Path) -> io::Result<Child> {
         let log = dir.join("redis.log");
-        let mut command = Command::new(&self.binary);
+        // Tied to this process, so that a bench or a test killed outright leaves no master
+        // running.
+        let mut command = tied::command(&self.binary);
         if let (Some(tls), Some(tls_port)) = (&self.tls, tls_port) {
             command
                 .args([
@@ -278,7 +283,7 @@ impl LocalNodes {
                 .arg("--tls-ca-cert-file")
                 .arg(&tls.ca);
         }
-        let mut child = command
+        command
             .args([
                 "--port",
                 &port.to_string(),
@@ -297,8 +302,8 @@ impl LocalNodes {
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+            .stderr(Stdio::null());
+        let mut child = tied::spawn(command)?;
         let started = Instant::now();
         loop {
             if let Some(status) = child.try_wait()? {
