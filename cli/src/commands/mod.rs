@@ -165,7 +165,8 @@ enum Command {
     /// contended handoff and the HTTP service, each next to its ratio to the floor.
     Bench {
         /// Masters to use (comma-separated); by default five local redis-server masters are
-        /// started, and stopped afterwards or on SIGINT or SIGTERM (exit code 130 or 143).
+        /// started, and stopped afterwards or on SIGINT or SIGTERM (exit code 130 or 143);
+        /// killed outright, the process takes them with it.
         #[arg(
             long,
             env = "REDQUORUM_BENCH_NODES",
