@@ -20,10 +20,11 @@ const SETPRIV: &str = "setpriv";
 type Request = (Command, Sender<io::Result<Child>>);
 
 /// A command for `program` that, started with [`spawn`], is killed when this process ends
-/// (SIGKILL, which ends a paused process too). Where `setpriv` cannot run, the command is
+/// (SIGKILL, which ends a paused process too). Where `setpriv` cannot run, or the lasting thread
+/// cannot be had (the signal would then follow whichever thread asked), the command is
 /// `program` itself, and the child outlives a killed parent as any child does.
 pub(crate) fn command(program: &Path) -> Command {
-    if setpriv_works() {
+    if spawner().is_some() && setpriv_works() {
         let mut command = Command::new(SETPRIV);
         command.args(["--pdeathsig", "KILL", "--"]).arg(program);
         command
@@ -33,18 +34,17 @@ pub(crate) fn command(program: &Path) -> Command {
 }
 
 /// Starts `command` from the thread that lives as long as the process (see the module's
-/// comment), or from this one when that thread cannot be had.
+/// comment), or from this one when that thread could not be had (then [`command`] did not tie
+/// the child to a thread).
 pub(crate) fn spawn(mut command: Command) -> io::Result<Child> {
     let Some(spawner) = spawner() else {
         return command.spawn();
     };
+    let stopped = || io::Error::other("the thread that starts child processes stopped");
     let (reply, child) = mpsc::channel();
-    if let Err(mpsc::SendError((mut command, _))) = spawner.send((command, reply)) {
-        return command.spawn();
-    }
-    child
-        .recv()
-        .map_err(|_| io::Error::other("the thread that starts child processes stopped"))?
+    // Not started here instead: a tied child would die with this thread.
+    spawner.send((command, reply)).map_err(|_| stopped())?;
+    child.recv().map_err(|_| stopped())?
 }
 
 fn setpriv_works() -> bool {
