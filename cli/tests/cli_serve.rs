@@ -9,7 +9,7 @@ mod processes;
 use std::process::Stdio;
 use std::time::Duration;
 
-use processes::{alive, children};
+use processes::{alive, children, start};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -26,20 +26,14 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_dev_serves_locks_and_cleans_up_its_masters_on_sigterm() {
     let port = free_port();
-    let mut server = Command::new(BIN)
-        .args([
-            "serve",
-            "--dev",
-            "--dev-nodes",
-            "3",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut server = start(&[
+        "serve",
+        "--dev",
+        "--dev-nodes",
+        "3",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
     let pid = server.id().unwrap();
     let http = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");
