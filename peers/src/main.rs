@@ -4,7 +4,9 @@
 //! Each repeat runs, one after the other: the bare fan-outs' uncontended pairs (on redis-rs,
 //! multi-thread and current-thread runtime; on bare sockets, multi-thread), redquorum's two
 //! scenarios (default runtime, then current-thread), and rslock's, each in a task of a fresh
-//! runtime. Figures are medians over the repeats; compare them only within one run.
+//! runtime. Figures are medians over the repeats; compare them only within one run. Each
+//! uncontended run also reads what its timed pairs cost the masters' CPUs and the client's: on
+//! a machine whose few CPUs run both, that cost is what its pairs per second follow.
 
 mod contenders;
 mod report;
@@ -16,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use contenders::Contender;
-use redquorum_testkit::LocalNodes;
+use redquorum_testkit::{LocalNodes, MastersCpu};
 use report::Row;
 
 /// What a run does; every figure can be set with `--name value`.
@@ -139,6 +141,7 @@ impl Rows {
 fn both_scenarios(
     s: &Settings,
     urls: &[String],
+    masters: &MastersCpu,
     multi_thread: bool,
     row: &mut Row,
     make: impl Fn() -> Result<Contender, String>,
@@ -148,7 +151,7 @@ fn both_scenarios(
     let one = make()?;
     row.uncontended.push(in_task(
         &rt,
-        scenarios::uncontended(one, s.warm_up, s.pairs),
+        scenarios::uncontended(one, s.warm_up, s.pairs, masters.clone()),
     )?);
     flush(urls)?;
     let many = (0..s.workers)
@@ -171,7 +174,7 @@ enum FanOut {
     SocketsWithScripts,
 }
 
-fn run(s: &Settings, urls: &[String]) -> Result<Rows, String> {
+fn run(s: &Settings, urls: &[String], masters: &MastersCpu) -> Result<Rows, String> {
     let mut rows = Rows {
         redquorum: Row::new("redquorum", "default (fair)"),
         redquorum_current_thread: Row::new("redquorum", "current-thread runtime"),
@@ -194,6 +197,7 @@ fn run(s: &Settings, urls: &[String]) -> Result<Rows, String> {
         ] {
             flush(urls)?;
             let (urls, ttl, warm_up, pairs) = (urls.to_vec(), s.ttl, s.warm_up, s.pairs);
+            let masters = masters.clone();
             let rt = runtime(multi).map_err(|e| e.to_string())?;
             let figure = in_task(&rt, async move {
                 let bare = match fan_out {
@@ -201,7 +205,7 @@ fn run(s: &Settings, urls: &[String]) -> Result<Rows, String> {
                     FanOut::Sockets => Contender::wire(&urls, ttl).await?,
                     FanOut::SocketsWithScripts => Contender::scripts(&urls, ttl).await?,
                 };
-                Ok::<_, String>(scenarios::uncontended(bare, warm_up, pairs).await)
+                Ok::<_, String>(scenarios::uncontended(bare, warm_up, pairs, masters).await)
             })??;
             row.uncontended.push(figure);
         }
@@ -209,11 +213,11 @@ fn run(s: &Settings, urls: &[String]) -> Result<Rows, String> {
             (&mut rows.redquorum, true),
             (&mut rows.redquorum_current_thread, false),
         ] {
-            both_scenarios(s, urls, multi, row, || {
+            both_scenarios(s, urls, masters, multi, row, || {
                 Contender::redquorum(urls, s.ttl, s.retry)
             })?;
         }
-        both_scenarios(s, urls, true, &mut rows.rslock, || {
+        both_scenarios(s, urls, masters, true, &mut rows.rslock, || {
             Ok(Contender::rslock(urls, s.ttl, s.retry))
         })?;
     }
@@ -239,7 +243,7 @@ fn main() -> ExitCode {
             return ExitCode::from(69);
         }
     };
-    let rows = match run(&s, &nodes.urls()) {
+    let rows = match run(&s, &nodes.urls(), &nodes.masters_cpu()) {
         Ok(rows) => rows,
         Err(e) => {
             eprintln!("{e}");
@@ -267,6 +271,7 @@ fn main() -> ExitCode {
         s.retry.as_millis()
     );
     let _ = writeln!(out, "{}", report::table(&rows.all()));
+    let _ = writeln!(out, "{}", report::cpu_table(&rows.all()));
     let _ = write!(out, "{ratios}");
     let _ = writeln!(
         out,

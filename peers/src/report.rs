@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::scenarios::{Contended, Uncontended};
+use crate::scenarios::{Contended, CpuPerPair, Uncontended};
 
 /// Every repeat of one contender in one variant.
 #[derive(Debug, Default)]
@@ -61,6 +61,17 @@ impl Row {
         by_rate.get(by_rate.len() / 2).copied()
     }
 
+    /// The median over repeats of what a pair cost the CPUs, in µs; `None` where no repeat
+    /// could read it.
+    fn cpu_per_pair(&self, field: fn(&CpuPerPair) -> f64) -> Option<f64> {
+        median(
+            self.uncontended
+                .iter()
+                .filter_map(|u| u.cpu_per_pair.as_ref().map(field))
+                .collect(),
+        )
+    }
+
     fn contended_median(&self, field: fn(&Contended) -> f64) -> Option<f64> {
         median(self.contended.iter().map(field).collect())
     }
@@ -113,6 +124,32 @@ pub(crate) fn table(rows: &[&Row]) -> String {
             } else {
                 String::new()
             },
+        );
+    }
+    out
+}
+
+/// Where an uncontended pair's CPU time goes, one line per contender and variant: on a machine
+/// whose few CPUs run the masters and the client together, the pairs per second follow what a
+/// pair costs all of them.
+pub(crate) fn cpu_table(rows: &[&Row]) -> String {
+    let mut out = String::from(
+        "| client | variant | uncontended pairs/s | masters' CPU per pair | client's CPU per pair | both |\n\
+         | --- | --- | ---: | ---: | ---: | ---: |\n",
+    );
+    for row in rows {
+        let masters = row.cpu_per_pair(|c| c.masters_us);
+        let client = row.cpu_per_pair(|c| c.client_us);
+        let both = row.cpu_per_pair(|c| c.masters_us + c.client_us);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            row.client,
+            row.variant,
+            figure(row.pairs_per_second(), ""),
+            figure(masters, " µs"),
+            figure(client, " µs"),
+            figure(both, " µs"),
         );
     }
     out
@@ -238,6 +275,43 @@ mod tests {
             stuck_workers: 0,
             errors: 0,
         }
+    }
+
+    fn uncontended(masters_us: f64, client_us: f64) -> Uncontended {
+        Uncontended {
+            pairs_per_second: 1000.0,
+            errors: 0,
+            cpu_per_pair: Some(CpuPerPair {
+                masters_us,
+                client_us,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_cpu_per_pair_shown_is_the_median_over_repeats() {
+        let mut row = Row::new("c", "v");
+        row.uncontended = vec![
+            uncontended(500.0, 200.0),
+            uncontended(300.0, 260.0),
+            uncontended(400.0, 100.0),
+        ];
+        let table = cpu_table(&[&row]);
+        // Each column its own median; "both" the median of the repeats' sums.
+        assert!(
+            table.contains("| c | v | 1000 | 400 µs | 200 µs | 560 µs |"),
+            "{table}"
+        );
+        let mut unread = Row::new("d", "w");
+        unread.uncontended = vec![Uncontended {
+            cpu_per_pair: None,
+            ..uncontended(0.0, 0.0)
+        }];
+        assert!(
+            cpu_table(&[&unread]).contains("| d | w | 1000 | - | - | - |"),
+            "{}",
+            cpu_table(&[&unread])
+        );
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+use redquorum_testkit::{MastersCpu, own_cpu_used};
+
 use crate::contenders::Contender;
 
 /// Sequential pairs on distinct names: warm-up pairs, then `pairs` timed ones.
@@ -12,6 +14,20 @@ use crate::contenders::Contender;
 pub(crate) struct Uncontended {
     pub(crate) pairs_per_second: f64,
     pub(crate) errors: u64,
+    /// CPU time per timed pair: the masters' and this process's, where they could be read.
+    pub(crate) cpu_per_pair: Option<CpuPerPair>,
+}
+
+/// What one pair cost the CPUs, in µs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuPerPair {
+    pub(crate) masters_us: f64,
+    pub(crate) client_us: f64,
+}
+
+/// The masters' CPU time and this process's, read together.
+fn cpu_now(masters: &MastersCpu) -> Option<(Duration, Duration)> {
+    Some((masters.used().ok()?, own_cpu_used().ok()?))
 }
 
 /// Workers taking one name in turn.
@@ -34,8 +50,15 @@ fn unique(prefix: &str, i: usize) -> String {
     format!("{prefix}:{i}:{:016x}", rand::random::<u64>())
 }
 
-/// One contender's acquire+release pairs on distinct names.
-pub(crate) async fn uncontended(contender: Contender, warm_up: usize, pairs: usize) -> Uncontended {
+/// One contender's acquire+release pairs on distinct names, and what the timed ones cost the
+/// masters' CPUs and this process's (nothing else uses the masters meanwhile, and the process
+/// runs only this contender).
+pub(crate) async fn uncontended(
+    contender: Contender,
+    warm_up: usize,
+    pairs: usize,
+    masters: MastersCpu,
+) -> Uncontended {
     let prefix = format!("peers:unc:{:016x}", rand::random::<u64>());
     let mut errors = 0u64;
     for i in 0..warm_up {
@@ -44,6 +67,7 @@ pub(crate) async fn uncontended(contender: Contender, warm_up: usize, pairs: usi
         }
     }
     let names: Vec<String> = (0..pairs).map(|i| unique(&prefix, warm_up + i)).collect();
+    let cpu_before = cpu_now(&masters);
     let started = Instant::now();
     for name in &names {
         match contender.acquire(name).await {
@@ -51,9 +75,18 @@ pub(crate) async fn uncontended(contender: Contender, warm_up: usize, pairs: usi
             Err(_) => errors += 1,
         }
     }
+    let took = started.elapsed();
+    let per_pair = |spent: Duration| spent.as_secs_f64() * 1e6 / pairs as f64;
+    let cpu_per_pair = cpu_before.zip(cpu_now(&masters)).map(
+        |((masters_before, own_before), (masters_after, own_after))| CpuPerPair {
+            masters_us: per_pair(masters_after.saturating_sub(masters_before)),
+            client_us: per_pair(own_after.saturating_sub(own_before)),
+        },
+    );
     Uncontended {
-        pairs_per_second: pairs as f64 / started.elapsed().as_secs_f64(),
+        pairs_per_second: pairs as f64 / took.as_secs_f64(),
         errors,
+        cpu_per_pair,
     }
 }
 

@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+mod cpu;
 mod tied;
+
+pub use cpu::{MastersCpu, own_cpu_used};
 
 /// Environment variable naming the `redis-server` binary to run (default: from `PATH`).
 pub const REDIS_SERVER_ENV: &str = "REDQUORUM_REDIS_SERVER";
