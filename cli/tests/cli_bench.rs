@@ -85,6 +85,21 @@ async fn bench_reports_every_figure_and_no_violation() {
         above["ratio_to_floor"].as_f64().unwrap().is_finite(),
         "{above}"
     );
+    // The masters are the bench's own: what the work cost their CPUs, and this process's, is
+    // read. A pair is two fan-outs, each a script at least as heavy as one SET.
+    for prefix in [
+        "bound N=3: the masters' CPU per SET on every master",
+        "bound N=5: the masters' CPU per SET on every master",
+        "uncontended N=3: the masters' CPU per pair",
+        "uncontended N=5: the masters' CPU per pair",
+        "uncontended N=5: this process's CPU per pair",
+    ] {
+        let figure = find(prefix);
+        assert!(figure["value"].as_f64().unwrap() > 0.0, "{figure}");
+        assert!(figure["ratio_to_floor"].is_null(), "{figure}");
+    }
+    let in_sets = find("uncontended N=5: the masters' CPU per pair, in SETs on every master");
+    assert!(in_sets["value"].as_f64().unwrap() > 1.0, "{in_sets}");
     let over = find("HTTP serve N=5: pairs/s over the library's");
     assert!(over["value"].as_f64().unwrap() > 0.0, "{over}");
     assert_eq!(

@@ -2,7 +2,9 @@
 
 use std::fmt::Write as _;
 
-use crate::scenarios::{Contended, CpuPerPair, Uncontended};
+use redquorum_testkit::CpuPer;
+
+use crate::scenarios::{Contended, Uncontended};
 
 /// Every repeat of one contender in one variant.
 #[derive(Debug, Default)]
@@ -63,7 +65,7 @@ impl Row {
 
     /// The median over repeats of what a pair cost the CPUs, in µs; `None` where no repeat
     /// could read it.
-    fn cpu_per_pair(&self, field: fn(&CpuPerPair) -> f64) -> Option<f64> {
+    fn cpu_per_pair(&self, field: fn(&CpuPer) -> f64) -> Option<f64> {
         median(
             self.uncontended
                 .iter()
@@ -139,8 +141,8 @@ pub(crate) fn cpu_table(rows: &[&Row]) -> String {
     );
     for row in rows {
         let masters = row.cpu_per_pair(|c| c.masters_us);
-        let client = row.cpu_per_pair(|c| c.client_us);
-        let both = row.cpu_per_pair(|c| c.masters_us + c.client_us);
+        let client = row.cpu_per_pair(|c| c.process_us);
+        let both = row.cpu_per_pair(|c| c.masters_us + c.process_us);
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} |",
@@ -281,9 +283,9 @@ mod tests {
         Uncontended {
             pairs_per_second: 1000.0,
             errors: 0,
-            cpu_per_pair: Some(CpuPerPair {
+            cpu_per_pair: Some(CpuPer {
                 masters_us,
-                client_us,
+                process_us: client_us,
             }),
         }
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
-use redquorum_testkit::{MastersCpu, own_cpu_used};
+use redquorum_testkit::{CpuMeter, CpuPer, MastersCpu};
 
 use crate::contenders::Contender;
 
@@ -15,19 +15,7 @@ pub(crate) struct Uncontended {
     pub(crate) pairs_per_second: f64,
     pub(crate) errors: u64,
     /// CPU time per timed pair: the masters' and this process's, where they could be read.
-    pub(crate) cpu_per_pair: Option<CpuPerPair>,
-}
-
-/// What one pair cost the CPUs, in µs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CpuPerPair {
-    pub(crate) masters_us: f64,
-    pub(crate) client_us: f64,
-}
-
-/// The masters' CPU time and this process's, read together.
-fn cpu_now(masters: &MastersCpu) -> Option<(Duration, Duration)> {
-    Some((masters.used().ok()?, own_cpu_used().ok()?))
+    pub(crate) cpu_per_pair: Option<CpuPer>,
 }
 
 /// Workers taking one name in turn.
@@ -67,7 +55,7 @@ pub(crate) async fn uncontended(
         }
     }
     let names: Vec<String> = (0..pairs).map(|i| unique(&prefix, warm_up + i)).collect();
-    let cpu_before = cpu_now(&masters);
+    let meter = CpuMeter::start(&masters);
     let started = Instant::now();
     for name in &names {
         match contender.acquire(name).await {
@@ -76,13 +64,7 @@ pub(crate) async fn uncontended(
         }
     }
     let took = started.elapsed();
-    let per_pair = |spent: Duration| spent.as_secs_f64() * 1e6 / pairs as f64;
-    let cpu_per_pair = cpu_before.zip(cpu_now(&masters)).map(
-        |((masters_before, own_before), (masters_after, own_after))| CpuPerPair {
-            masters_us: per_pair(masters_after.saturating_sub(masters_before)),
-            client_us: per_pair(own_after.saturating_sub(own_before)),
-        },
-    );
+    let cpu_per_pair = meter.per(pairs);
     Uncontended {
         pairs_per_second: pairs as f64 / took.as_secs_f64(),
         errors,

@@ -36,10 +36,58 @@ impl LocalNodes {
     /// What reads the CPU time of the masters running now (a master restarted later is not
     /// among them).
     pub fn masters_cpu(&self) -> MastersCpu {
+        self.first_masters_cpu(self.len())
+    }
+
+    /// What reads the CPU time of the first `n` masters, those of them running now.
+    pub fn first_masters_cpu(&self, n: usize) -> MastersCpu {
         MastersCpu {
-            pids: (0..self.len()).filter_map(|i| self.pid(i)).collect(),
+            pids: (0..n.min(self.len())).filter_map(|i| self.pid(i)).collect(),
         }
     }
+}
+
+/// The CPU time of some masters and of this process when a stretch of work began: what the
+/// work since cost each of its operations.
+#[derive(Debug, Clone)]
+pub struct CpuMeter {
+    masters: MastersCpu,
+    at_start: Option<(Duration, Duration)>,
+}
+
+/// What one operation cost the CPUs, in µs: the masters' and this process's.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuPer {
+    /// The masters', summed over them.
+    pub masters_us: f64,
+    /// This process's, every thread counted.
+    pub process_us: f64,
+}
+
+impl CpuMeter {
+    /// Starts counting now, for `masters` and this process.
+    pub fn start(masters: &MastersCpu) -> Self {
+        CpuMeter {
+            masters: masters.clone(),
+            at_start: masters_and_own(masters),
+        }
+    }
+
+    /// What the work since the start cost each of `count` operations; `None` where the CPU
+    /// time could not be read.
+    pub fn per(&self, count: usize) -> Option<CpuPer> {
+        let (masters_before, own_before) = self.at_start?;
+        let (masters_after, own_after) = masters_and_own(&self.masters)?;
+        let per = |spent: Duration| spent.as_secs_f64() * 1e6 / count.max(1) as f64;
+        Some(CpuPer {
+            masters_us: per(masters_after.saturating_sub(masters_before)),
+            process_us: per(own_after.saturating_sub(own_before)),
+        })
+    }
+}
+
+fn masters_and_own(masters: &MastersCpu) -> Option<(Duration, Duration)> {
+    Some((masters.used().ok()?, own_cpu_used().ok()?))
 }
 
 /// CPU time this process has used so far, user and system, its ended threads included.
@@ -153,5 +201,30 @@ mod tests {
         assert!(reply.ends_with(":5000000\r\n"), "{reply:?}");
         let spent = masters.used().unwrap() - before;
         assert!(spent >= Duration::from_millis(5), "{spent:?}");
+    }
+
+    #[test]
+    fn a_meter_divides_what_the_work_cost_by_its_operations() {
+        let nodes = LocalNodes::start(1).unwrap();
+        let meter = CpuMeter::start(&nodes.masters_cpu());
+        command(
+            &nodes,
+            0,
+            &[
+                "EVAL",
+                "local n = 0 for i = 1, 5000000 do n = n + 1 end return n",
+                "0",
+            ],
+        );
+        let whole = meter.per(1).unwrap();
+        let tenth = meter.per(10).unwrap();
+        assert!(whole.masters_us >= 5_000.0, "{whole:?}");
+        // Read again later, so a little more; but about a tenth of the whole.
+        assert!(
+            tenth.masters_us >= whole.masters_us / 10.0
+                && tenth.masters_us < whole.masters_us / 5.0,
+            "{whole:?} {tenth:?}"
+        );
+        assert!(whole.process_us >= 0.0);
     }
 }

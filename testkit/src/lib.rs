@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 mod cpu;
 mod tied;
 
-pub use cpu::{MastersCpu, own_cpu_used};
+pub use cpu::{CpuMeter, CpuPer, MastersCpu, own_cpu_used};
 
 /// Environment variable naming the `redis-server` binary to run (default: from `PATH`).
 pub const REDIS_SERVER_ENV: &str = "REDQUORUM_REDIS_SERVER";

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use redquorum_testkit::{CpuMeter, CpuPer, MastersCpu};
 
 use super::percentile;
 
@@ -42,15 +43,21 @@ async fn connections(
 }
 
 /// p50, in µs, of one unpipelined SET sent to every master at once, until a majority has
-/// answered: the least an acquire can take here, with no lock and no script.
+/// answered: the least an acquire can take here, with no lock and no script. With `masters`,
+/// also what a timed round cost their CPUs and this process's.
 pub(super) async fn fan_out_bound(
     urls: &[String],
     rounds: usize,
-) -> Result<f64, redis::RedisError> {
+    masters: Option<&MastersCpu>,
+) -> Result<(f64, Option<CpuPer>), redis::RedisError> {
     let conns = connections(urls).await?;
     let majority = urls.len() / 2 + 1;
     let mut samples = Vec::with_capacity(rounds);
+    let mut meter = None;
     for i in 0..rounds + 200 {
+        if i == 200 {
+            meter = masters.map(CpuMeter::start);
+        }
         let started = Instant::now();
         let mut replies: FuturesUnordered<_> = conns
             .iter()
@@ -76,7 +83,8 @@ pub(super) async fn fan_out_bound(
             }
         }
     }
-    Ok(percentile(&mut samples, 0.5))
+    let cpu_per_round = meter.and_then(|m| m.per(rounds));
+    Ok((percentile(&mut samples, 0.5), cpu_per_round))
 }
 
 /// p50, in µs, of a wake-up through every master: after `idle` with nothing to do (as a

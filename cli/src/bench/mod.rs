@@ -82,13 +82,23 @@ pub async fn run(
     let mut sizes = vec![3.min(urls.len()), urls.len()];
     sizes.dedup();
     for n in sizes {
+        // The CPU time of the masters in use, where they are this process's own.
+        let masters = local.as_ref().map(|nodes| nodes.first_masters_cpu(n));
         floors.push(floor(&urls[0], opts.pairs).await?);
+        let (bound, bound_cpu) = fan_out_bound(&urls[..n], opts.pairs, masters.as_ref()).await?;
         report.latency(
             format!("bound N={n}: SET on every master at once, majority answered, p50"),
-            fan_out_bound(&urls[..n], opts.pairs).await?,
+            bound,
         );
+        if let Some(cpu) = bound_cpu {
+            report.plain(
+                format!("bound N={n}: the masters' CPU per SET on every master"),
+                cpu.masters_us,
+                "µs",
+            );
+        }
         let c = client(&urls[..n])?;
-        let u = uncontended(&c, opts.pairs).await?;
+        let u = uncontended(&c, opts.pairs, masters.as_ref()).await?;
         report.rate(
             format!("uncontended N={n}: acquire+release pairs"),
             u.pairs_per_second,
@@ -97,6 +107,29 @@ pub async fn run(
         report.latency(format!("uncontended N={n}: acquire p50"), u.acquire_p50_us);
         report.latency(format!("uncontended N={n}: acquire p99"), u.acquire_p99_us);
         report.latency(format!("uncontended N={n}: release p50"), u.release_p50_us);
+        // Where the masters share this machine's CPUs with the client, the pairs per second
+        // follow what a pair costs them all, more than the round trip.
+        if let Some(cpu) = u.cpu_per_pair {
+            report.plain(
+                format!("uncontended N={n}: the masters' CPU per pair"),
+                cpu.masters_us,
+                "µs",
+            );
+            report.plain(
+                format!("uncontended N={n}: this process's CPU per pair"),
+                cpu.process_us,
+                "µs",
+            );
+            if let Some(set) = bound_cpu.filter(|set| set.masters_us > 0.0) {
+                report.plain(
+                    format!(
+                        "uncontended N={n}: the masters' CPU per pair, in SETs on every master"
+                    ),
+                    cpu.masters_us / set.masters_us,
+                    "share",
+                );
+            }
+        }
         report.plain(
             format!("uncontended N={n}: failed operations"),
             u.failed as f64,

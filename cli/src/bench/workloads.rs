@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redquorum::{Client, Error, LockOptions};
+use redquorum_testkit::{CpuMeter, CpuPer, MastersCpu};
 
 use super::{client, percentile};
 
@@ -17,9 +18,17 @@ pub(super) struct Uncontended {
     pub(super) acquire_p50_us: f64,
     pub(super) acquire_p99_us: f64,
     pub(super) release_p50_us: f64,
+    /// What a timed pair cost the masters' CPUs and this process's, where they were read.
+    pub(super) cpu_per_pair: Option<CpuPer>,
 }
 
-pub(super) async fn uncontended(client: &Client, pairs: usize) -> Result<Uncontended, Error> {
+/// With `masters`, also reads what the timed pairs cost their CPUs and this process's (nothing
+/// else asks anything of the masters meanwhile).
+pub(super) async fn uncontended(
+    client: &Client,
+    pairs: usize,
+    masters: Option<&MastersCpu>,
+) -> Result<Uncontended, Error> {
     let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::ZERO);
     // Warm-up: connections made, scripts cached. A stall here is of no interest.
     for i in 0..200 {
@@ -30,6 +39,7 @@ pub(super) async fn uncontended(client: &Client, pairs: usize) -> Result<Unconte
     let mut acquires = Vec::with_capacity(pairs);
     let mut releases = Vec::with_capacity(pairs);
     let mut failed = 0;
+    let meter = masters.map(CpuMeter::start);
     let started = Instant::now();
     for i in 0..pairs {
         let t = Instant::now();
@@ -53,6 +63,7 @@ pub(super) async fn uncontended(client: &Client, pairs: usize) -> Result<Unconte
         acquire_p50_us: percentile(&mut acquires, 0.5),
         acquire_p99_us: percentile(&mut acquires, 0.99),
         release_p50_us: percentile(&mut releases, 0.5),
+        cpu_per_pair: meter.and_then(|m| m.per(pairs)),
     })
 }
 
