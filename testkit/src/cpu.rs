@@ -73,6 +73,12 @@ impl CpuMeter {
         }
     }
 
+    /// What the work since the start cost in all, in µs; `None` where the CPU time could not
+    /// be read.
+    pub fn spent(&self) -> Option<CpuPer> {
+        self.per(1)
+    }
+
     /// What the work since the start cost each of `count` operations; `None` where the CPU
     /// time could not be read.
     pub fn per(&self, count: usize) -> Option<CpuPer> {

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use redquorum::{Client, LockOptions};
+use redquorum_testkit::{CpuMeter, CpuPer, MastersCpu};
 use serde::de::{DeserializeOwned, IgnoredAny};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,6 +32,10 @@ pub(super) struct Http {
     pub(super) library_failed: u64,
     pub(super) library_pairs_per_second: f64,
     pub(super) library_acquire_p50_us: f64,
+    /// With the bench's own masters: what a pair cost their CPUs and this process's, over
+    /// HTTP (the service and the bench's client both run here) and through the library.
+    pub(super) cpu_per_pair: Option<CpuPer>,
+    pub(super) library_cpu_per_pair: Option<CpuPer>,
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -155,13 +160,17 @@ fn parse_head(buf: &[u8]) -> Result<Option<(usize, u16, usize)>, BoxError> {
 /// Sequential acquire+release pairs through `serve` on loopback, over one keep-alive
 /// connection, in blocks that alternate with blocks of the same pairs through the library:
 /// the machine's speed drifts over a run, and the figures compared are taken side by side.
-pub(super) async fn http(client: &Client, pairs: usize) -> Result<Http, BoxError> {
+pub(super) async fn http(
+    client: &Client,
+    pairs: usize,
+    masters: Option<&MastersCpu>,
+) -> Result<Http, BoxError> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let stop = tokio_util::sync::CancellationToken::new();
     let router = crate::server::app(client.clone(), crate::server::AppOptions::default());
     let server = tokio::spawn(crate::server::serve_http(listener, router, stop.clone()));
-    let result = tokio::time::timeout(RUN_LIMIT, alternating(client, addr, pairs)).await;
+    let result = tokio::time::timeout(RUN_LIMIT, alternating(client, addr, pairs, masters)).await;
     stop.cancel();
     let _ = server.await;
     result.map_err(|_| format!("the HTTP pairs took longer than {RUN_LIMIT:?}"))?
@@ -179,15 +188,43 @@ struct Pairs {
     acquires: Vec<Duration>,
     took: Duration,
     failed: u64,
+    /// What the blocks cost the CPUs in all, in µs, while it could be read.
+    cpu: Option<CpuPer>,
 }
 
 impl Pairs {
     fn per_second(&self) -> f64 {
         self.acquires.len() as f64 / self.took.as_secs_f64()
     }
+
+    /// Adds what a block cost, as `meter` read it; one block unread leaves the sum unread.
+    fn count_cpu(&mut self, meter: Option<CpuMeter>, first_block: bool) {
+        let spent = meter.and_then(|m| m.spent());
+        self.cpu = match (first_block, self.cpu, spent) {
+            (true, _, spent) => spent,
+            (false, Some(sum), Some(block)) => Some(CpuPer {
+                masters_us: sum.masters_us + block.masters_us,
+                process_us: sum.process_us + block.process_us,
+            }),
+            _ => None,
+        };
+    }
+
+    fn cpu_per_pair(&self) -> Option<CpuPer> {
+        let pairs = self.acquires.len().max(1) as f64;
+        self.cpu.map(|sum| CpuPer {
+            masters_us: sum.masters_us / pairs,
+            process_us: sum.process_us / pairs,
+        })
+    }
 }
 
-async fn alternating(client: &Client, addr: SocketAddr, pairs: usize) -> Result<Http, BoxError> {
+async fn alternating(
+    client: &Client,
+    addr: SocketAddr,
+    pairs: usize,
+    masters: Option<&MastersCpu>,
+) -> Result<Http, BoxError> {
     let mut conn = Connection::open(addr).await?;
     let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::ZERO);
     const WARM_UP: usize = 100;
@@ -200,8 +237,12 @@ async fn alternating(client: &Client, addr: SocketAddr, pairs: usize) -> Result<
     for block in 0..BLOCKS {
         let label = block.to_string();
         bare_exchanges(&mut conn, EXCHANGES_PER_BLOCK, &mut exchanges).await?;
+        let meter = masters.map(CpuMeter::start);
         over_http(&mut conn, &label, per_block, &mut web).await?;
+        web.count_cpu(meter, block == 0);
+        let meter = masters.map(CpuMeter::start);
         through_library(client, &opts, &label, per_block, &mut library).await;
+        library.count_cpu(meter, block == 0);
     }
     Ok(Http {
         failed: web.failed,
@@ -212,6 +253,8 @@ async fn alternating(client: &Client, addr: SocketAddr, pairs: usize) -> Result<
         library_failed: library.failed,
         library_pairs_per_second: library.per_second(),
         library_acquire_p50_us: percentile(&mut library.acquires, 0.5),
+        cpu_per_pair: web.cpu_per_pair(),
+        library_cpu_per_pair: library.cpu_per_pair(),
     })
 }
 

@@ -186,7 +186,12 @@ pub async fn run(
     violations += h.violations;
 
     floors.push(floor(&urls[0], opts.pairs).await?);
-    let http = http(&five, opts.pairs.min(2000)).await?;
+    let http = http(
+        &five,
+        opts.pairs.min(2000),
+        local.as_ref().map(LocalNodes::masters_cpu).as_ref(),
+    )
+    .await?;
     report.rate(
         format!(
             "HTTP serve N={}: acquire+release pairs (keep-alive)",
@@ -247,6 +252,28 @@ pub async fn run(
         http.pairs_per_second / http.library_pairs_per_second,
         "share",
     );
+    // Where the time goes when the CPUs are what bounds the pairs: the service (and the
+    // bench's own HTTP client) run in this process, so its CPU per pair is what HTTP adds.
+    if let (Some(web), Some(library)) = (http.cpu_per_pair, http.library_cpu_per_pair) {
+        for (what, cpu) in [("over HTTP", web), ("through the library", library)] {
+            report.plain(
+                format!(
+                    "HTTP serve N={}: this process's CPU per pair {what}",
+                    urls.len()
+                ),
+                cpu.process_us,
+                "µs",
+            );
+            report.plain(
+                format!(
+                    "HTTP serve N={}: the masters' CPU per pair {what}",
+                    urls.len()
+                ),
+                cpu.masters_us,
+                "µs",
+            );
+        }
+    }
 
     report.plain(
         "mutual-exclusion violations (all benchmarks)",
