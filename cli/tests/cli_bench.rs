@@ -93,6 +93,10 @@ async fn bench_reports_every_figure_and_no_violation() {
         "uncontended N=3: the masters' CPU per pair",
         "uncontended N=5: the masters' CPU per pair",
         "uncontended N=5: this process's CPU per pair",
+        "HTTP serve N=5: this process's CPU per pair over HTTP",
+        "HTTP serve N=5: the masters' CPU per pair over HTTP",
+        "HTTP serve N=5: this process's CPU per pair through the library",
+        "HTTP serve N=5: the masters' CPU per pair through the library",
     ] {
         let figure = find(prefix);
         assert!(figure["value"].as_f64().unwrap() > 0.0, "{figure}");
