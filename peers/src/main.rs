@@ -5,8 +5,8 @@
 //! multi-thread and current-thread runtime; on bare sockets, multi-thread), redquorum's two
 //! scenarios (default runtime, then current-thread), and rslock's, each in a task of a fresh
 //! runtime. Figures are medians over the repeats; compare them only within one run. Each
-//! uncontended run also reads what its timed pairs cost the masters' CPUs and the client's: on
-//! a machine whose few CPUs run both, that cost is what its pairs per second follow.
+//! run also reads what its pairs, or its critical sections, cost the masters' CPUs and the
+//! client's: on a machine whose few CPUs run both, that cost is what its rate follows.
 
 mod contenders;
 mod report;
@@ -158,8 +158,10 @@ fn both_scenarios(
         .map(|_| make())
         .collect::<Result<Vec<_>, _>>()?;
     let run_for = Duration::from_secs_f64(s.seconds);
-    row.contended
-        .push(in_task(&rt, scenarios::contended(many, run_for))?);
+    row.contended.push(in_task(
+        &rt,
+        scenarios::contended(many, run_for, masters.clone()),
+    )?);
     Ok(())
 }
 

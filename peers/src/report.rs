@@ -74,6 +74,16 @@ impl Row {
         )
     }
 
+    /// The median over repeats of what a critical section cost the CPUs, in µs.
+    fn cpu_per_section(&self, field: fn(&CpuPer) -> f64) -> Option<f64> {
+        median(
+            self.contended
+                .iter()
+                .filter_map(|c| c.cpu_per_section.as_ref().map(field))
+                .collect(),
+        )
+    }
+
     fn contended_median(&self, field: fn(&Contended) -> f64) -> Option<f64> {
         median(self.contended.iter().map(field).collect())
     }
@@ -131,13 +141,13 @@ pub(crate) fn table(rows: &[&Row]) -> String {
     out
 }
 
-/// Where an uncontended pair's CPU time goes, one line per contender and variant: on a machine
-/// whose few CPUs run the masters and the client together, the pairs per second follow what a
-/// pair costs all of them.
+/// Where the CPU time goes, one line per contender and variant: on a machine whose few CPUs
+/// run the masters and the client together, the pairs and critical sections per second follow
+/// what each costs all of them.
 pub(crate) fn cpu_table(rows: &[&Row]) -> String {
     let mut out = String::from(
-        "| client | variant | uncontended pairs/s | masters' CPU per pair | client's CPU per pair | both |\n\
-         | --- | --- | ---: | ---: | ---: | ---: |\n",
+        "| client | variant | uncontended pairs/s | masters' CPU per pair | client's CPU per pair | both | contended sections/s | masters' CPU per section | client's CPU per section |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for row in rows {
         let masters = row.cpu_per_pair(|c| c.masters_us);
@@ -145,13 +155,16 @@ pub(crate) fn cpu_table(rows: &[&Row]) -> String {
         let both = row.cpu_per_pair(|c| c.masters_us + c.process_us);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.client,
             row.variant,
             figure(row.pairs_per_second(), ""),
             figure(masters, " µs"),
             figure(client, " µs"),
             figure(both, " µs"),
+            figure(row.sections_per_second(), ""),
+            figure(row.cpu_per_section(|c| c.masters_us), " µs"),
+            figure(row.cpu_per_section(|c| c.process_us), " µs"),
         );
     }
     out
@@ -276,6 +289,10 @@ mod tests {
             mutual_exclusion: true,
             stuck_workers: 0,
             errors: 0,
+            cpu_per_section: Some(CpuPer {
+                masters_us: rate / 10.0,
+                process_us: rate / 20.0,
+            }),
         }
     }
 
@@ -301,7 +318,7 @@ mod tests {
         let table = cpu_table(&[&row]);
         // Each column its own median; "both" the median of the repeats' sums.
         assert!(
-            table.contains("| c | v | 1000 | 400 µs | 200 µs | 560 µs |"),
+            table.contains("| c | v | 1000 | 400 µs | 200 µs | 560 µs | - | - | - |"),
             "{table}"
         );
         let mut unread = Row::new("d", "w");
@@ -310,7 +327,7 @@ mod tests {
             ..uncontended(0.0, 0.0)
         }];
         assert!(
-            cpu_table(&[&unread]).contains("| d | w | 1000 | - | - | - |"),
+            cpu_table(&[&unread]).contains("| d | w | 1000 | - | - | - | - | - | - |"),
             "{}",
             cpu_table(&[&unread])
         );
@@ -326,5 +343,8 @@ mod tests {
         ];
         let table = table(&[&row]);
         assert!(table.contains("| 1900..2050 |"), "{table}");
+        // The CPU per section is the median over repeats, as the rate is.
+        let cpu = cpu_table(&[&row]);
+        assert!(cpu.contains("| 2000 | 200 µs | 100 µs |"), "{cpu}");
     }
 }

@@ -29,6 +29,9 @@ pub(crate) struct Contended {
     pub(crate) mutual_exclusion: bool,
     pub(crate) stuck_workers: u64,
     pub(crate) errors: u64,
+    /// CPU time per critical section: the masters' and this process's (every worker's),
+    /// where they could be read.
+    pub(crate) cpu_per_section: Option<CpuPer>,
 }
 
 /// A worker whose acquire is still pending this long after the end is counted as stuck.
@@ -82,8 +85,13 @@ struct Shared {
     errors: AtomicU64,
 }
 
-/// Each contender a worker with its own connections, all taking one name for `run`.
-pub(crate) async fn contended(contenders: Vec<Contender>, run: Duration) -> Contended {
+/// Each contender a worker with its own connections, all taking one name for `run`; and what
+/// the run cost the masters' CPUs and this process's.
+pub(crate) async fn contended(
+    contenders: Vec<Contender>,
+    run: Duration,
+    masters: MastersCpu,
+) -> Contended {
     let shared = Arc::new(Shared {
         name: format!("peers:cont:{:016x}", rand::random::<u64>()),
         counter: AtomicU64::new(0),
@@ -110,6 +118,7 @@ pub(crate) async fn contended(contenders: Vec<Contender>, run: Duration) -> Cont
         }));
     }
     start.wait().await;
+    let meter = CpuMeter::start(&masters);
     let started = Instant::now();
     let (mut done, mut latencies, mut stuck) = (Vec::new(), Vec::new(), 0u64);
     for handle in workers {
@@ -125,6 +134,7 @@ pub(crate) async fn contended(contenders: Vec<Contender>, run: Duration) -> Cont
     let elapsed = started.elapsed();
     latencies.sort_by(f64::total_cmp);
     let sections: u64 = done.iter().sum();
+    let cpu_per_section = meter.per(usize::try_from(sections).unwrap_or(usize::MAX));
     Contended {
         sections_per_second: sections as f64 / elapsed.as_secs_f64(),
         acquire_p50_us: percentile(&latencies, 0.50),
@@ -137,6 +147,7 @@ pub(crate) async fn contended(contenders: Vec<Contender>, run: Duration) -> Cont
             && shared.overlaps.load(SeqCst) == 0,
         stuck_workers: stuck,
         errors: shared.errors.load(SeqCst),
+        cpu_per_section,
     }
 }
 
