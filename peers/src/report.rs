@@ -28,6 +28,14 @@ fn median(mut values: Vec<f64>) -> Option<f64> {
     })
 }
 
+/// The median of `field` over the repeats that could read their CPU time.
+fn cpu_median(
+    read: impl Iterator<Item = Option<CpuPer>>,
+    field: fn(&CpuPer) -> f64,
+) -> Option<f64> {
+    median(read.flatten().map(|cpu| field(&cpu)).collect())
+}
+
 impl Row {
     pub(crate) fn new(client: &'static str, variant: &'static str) -> Self {
         Row {
@@ -66,22 +74,12 @@ impl Row {
     /// The median over repeats of what a pair cost the CPUs, in µs; `None` where no repeat
     /// could read it.
     fn cpu_per_pair(&self, field: fn(&CpuPer) -> f64) -> Option<f64> {
-        median(
-            self.uncontended
-                .iter()
-                .filter_map(|u| u.cpu_per_pair.as_ref().map(field))
-                .collect(),
-        )
+        cpu_median(self.uncontended.iter().map(|u| u.cpu_per_pair), field)
     }
 
     /// The median over repeats of what a critical section cost the CPUs, in µs.
     fn cpu_per_section(&self, field: fn(&CpuPer) -> f64) -> Option<f64> {
-        median(
-            self.contended
-                .iter()
-                .filter_map(|c| c.cpu_per_section.as_ref().map(field))
-                .collect(),
-        )
+        cpu_median(self.contended.iter().map(|c| c.cpu_per_section), field)
     }
 
     fn contended_median(&self, field: fn(&Contended) -> f64) -> Option<f64> {
