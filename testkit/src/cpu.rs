@@ -165,6 +165,9 @@ mod tests {
         );
     }
 
+    /// A script that keeps its master on a CPU for as long as it loops; it answers 5000000.
+    const BUSY_SCRIPT: &str = "local n = 0 for i = 1, 5000000 do n = n + 1 end return n";
+
     /// Sends one command in RESP to master `i` of `nodes`, after AUTH, and reads until its
     /// answer (the last of the two) has come.
     fn command(nodes: &LocalNodes, i: usize, args: &[&str]) -> String {
@@ -194,16 +197,7 @@ mod tests {
         let nodes = LocalNodes::start(2).unwrap();
         let masters = nodes.masters_cpu();
         let before = masters.used().unwrap();
-        // A script that loops keeps its master on a CPU for as long as it runs.
-        let reply = command(
-            &nodes,
-            1,
-            &[
-                "EVAL",
-                "local n = 0 for i = 1, 5000000 do n = n + 1 end return n",
-                "0",
-            ],
-        );
+        let reply = command(&nodes, 1, &["EVAL", BUSY_SCRIPT, "0"]);
         assert!(reply.ends_with(":5000000\r\n"), "{reply:?}");
         let spent = masters.used().unwrap() - before;
         assert!(spent >= Duration::from_millis(5), "{spent:?}");
@@ -213,15 +207,7 @@ mod tests {
     fn a_meter_divides_what_the_work_cost_by_its_operations() {
         let nodes = LocalNodes::start(1).unwrap();
         let meter = CpuMeter::start(&nodes.masters_cpu());
-        command(
-            &nodes,
-            0,
-            &[
-                "EVAL",
-                "local n = 0 for i = 1, 5000000 do n = n + 1 end return n",
-                "0",
-            ],
-        );
+        command(&nodes, 0, &["EVAL", BUSY_SCRIPT, "0"]);
         let whole = meter.per(1).unwrap();
         let tenth = meter.per(10).unwrap();
         assert!(whole.masters_us >= 5_000.0, "{whole:?}");
@@ -231,6 +217,5 @@ mod tests {
                 && tenth.masters_us < whole.masters_us / 5.0,
             "{whole:?} {tenth:?}"
         );
-        assert!(whole.process_us >= 0.0);
     }
 }

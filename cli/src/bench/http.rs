@@ -188,8 +188,9 @@ struct Pairs {
     acquires: Vec<Duration>,
     took: Duration,
     failed: u64,
-    /// What the blocks cost the CPUs in all, in µs, while it could be read.
-    cpu: Option<CpuPer>,
+    /// What each block cost the CPUs in all, in µs; `None` for a block it could not be read
+    /// for.
+    cpu_by_block: Vec<Option<CpuPer>>,
 }
 
 impl Pairs {
@@ -197,24 +198,16 @@ impl Pairs {
         self.acquires.len() as f64 / self.took.as_secs_f64()
     }
 
-    /// Adds what a block cost, as `meter` read it; one block unread leaves the sum unread.
-    fn count_cpu(&mut self, meter: Option<CpuMeter>, first_block: bool) {
-        let spent = meter.and_then(|m| m.spent());
-        self.cpu = match (first_block, self.cpu, spent) {
-            (true, _, spent) => spent,
-            (false, Some(sum), Some(block)) => Some(CpuPer {
-                masters_us: sum.masters_us + block.masters_us,
-                process_us: sum.process_us + block.process_us,
-            }),
-            _ => None,
-        };
-    }
-
+    /// What the pairs cost the CPUs, over all blocks; `None` unless every block was read.
     fn cpu_per_pair(&self) -> Option<CpuPer> {
+        let blocks: Vec<CpuPer> = self.cpu_by_block.iter().copied().collect::<Option<_>>()?;
+        if blocks.is_empty() {
+            return None;
+        }
         let pairs = self.acquires.len().max(1) as f64;
-        self.cpu.map(|sum| CpuPer {
-            masters_us: sum.masters_us / pairs,
-            process_us: sum.process_us / pairs,
+        Some(CpuPer {
+            masters_us: blocks.iter().map(|b| b.masters_us).sum::<f64>() / pairs,
+            process_us: blocks.iter().map(|b| b.process_us).sum::<f64>() / pairs,
         })
     }
 }
@@ -239,10 +232,10 @@ async fn alternating(
         bare_exchanges(&mut conn, EXCHANGES_PER_BLOCK, &mut exchanges).await?;
         let meter = masters.map(CpuMeter::start);
         over_http(&mut conn, &label, per_block, &mut web).await?;
-        web.count_cpu(meter, block == 0);
+        web.cpu_by_block.push(meter.and_then(|m| m.spent()));
         let meter = masters.map(CpuMeter::start);
         through_library(client, &opts, &label, per_block, &mut library).await;
-        library.count_cpu(meter, block == 0);
+        library.cpu_by_block.push(meter.and_then(|m| m.spent()));
     }
     Ok(Http {
         failed: web.failed,
