@@ -5,7 +5,8 @@
 -- waiter id to '<lapse> <token> <ttl> <proposal>': when the place lapses, in this node's
 -- milliseconds, and the attempt it came from, on whose terms a release may hand the lock
 -- straight over; see release.lua). KEYS[5], KEYS[6], KEYS[7]: the deployment's marker, the
--- longest TTL asked for here, and the quarantine (see mark.lua).
+-- longest TTL asked for here, and the quarantine (see mark.lua). KEYS[8]: the queue's live
+-- mark (see queue.lua).
 -- ARGV[1]: holder token. ARGV[2]: TTL in milliseconds. ARGV[3]: proposed fencing token.
 -- ARGV[4]: the caller's waiter id, or '' for a caller that does not wait. ARGV[5]: its
 -- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds (0: the
@@ -28,24 +29,25 @@
 -- contender at once. Places lapse unless refreshed, so a waiter that died holds nobody up for
 -- longer than its place lasts.
 --
--- first_waiter and queue_place come from queue.lua, put in front of this script.
+-- queue_helpers comes from queue.lua, put in front of this script.
 
--- Takes or refreshes the caller's place in the queue. A place with no life is not taken: the
--- caller waits but is out of line (it reaches too few nodes to take the lock, and must not hold
--- up callers that can).
-local fair = ARGV[7] ~= '0'
-local function queue_caller()
+-- Takes or refreshes the caller's place in the queue, with the queue's helpers `q`. A place
+-- with no life is not taken: the caller waits but is out of line (it reaches too few nodes to
+-- take the lock, and must not hold up callers that can). It takes all it needs as arguments:
+-- a function that used this script's locals would cost more to make on every run.
+local function queue_caller(q)
   if ARGV[4] ~= '' and ARGV[6] ~= '0' then
-    if fair then
-      queue_place(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], ARGV[1], ARGV[2], ARGV[3])
+    if ARGV[7] ~= '0' then
+      q.queue_place(KEYS[3], KEYS[4], KEYS[8], ARGV[4], ARGV[5], ARGV[6], ARGV[1], ARGV[2],
+        ARGV[3])
     else
-      queue_place(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6], '', '', '')
+      q.queue_place(KEYS[3], KEYS[4], KEYS[8], ARGV[4], ARGV[5], ARGV[6], '', '', '')
     end
   end
 end
 
 -- One read for every key: each call from a script costs about as much as a command of its own.
-local read = redis.call('MGET', KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7])
+local read = redis.call('MGET', KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 local current, counter = read[1], tonumber(read[2] or '0')
 -- A node without the marker may have lost locks it granted (a restart without persistence, a
 -- flush, an eviction): it grants nothing until a client has marked it, in quarantine if
@@ -67,20 +69,21 @@ if current and current ~= ARGV[1] then
   if ARGV[4] ~= '' and string.sub(current, 1, #ARGV[4] + 1) == ARGV[4] .. '/' then
     return {4, current, counter}
   end
-  queue_caller()
+  queue_caller(queue_helpers())
   return {0, counter}
 end
--- Whether the caller may have a place here to give up when granted: with an empty queue it
--- has none, and the grant skips two calls.
-local queued_here = true
-if not current and fair then
-  local first = first_waiter(KEYS[3], KEYS[4])
+-- Whether the caller may have a place here to give up when granted: with no live place in the
+-- queue it has none, and the grant skips two calls.
+local queued_here = read[6] ~= false
+if not current and ARGV[7] ~= '0' and queued_here then
+  local q = queue_helpers()
+  local first = q.first_waiter(KEYS[3], KEYS[4])
   queued_here = first ~= nil
   if first and first ~= ARGV[4] then
     -- Queued here, the caller may come first after all (it was queued on other nodes
     -- earlier, with the priority it has everywhere).
-    queue_caller()
-    if first_waiter(KEYS[3], KEYS[4]) ~= ARGV[4] then
+    queue_caller(q)
+    if q.first_waiter(KEYS[3], KEYS[4]) ~= ARGV[4] then
       return {3}
     end
   end

@@ -7,10 +7,10 @@
 -- A waiter that leaves may have been woken for a release it will not use; without passing the
 -- turn on, the lock would sit free until the next waiter's retry delay ran out.
 --
--- wake_first comes from queue.lua, put in front of this script.
+-- queue_helpers comes from queue.lua, put in front of this script.
 local removed = redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 if removed == 1 and redis.call('EXISTS', KEYS[1]) == 0 then
-  wake_first(KEYS[2], KEYS[3], ARGV[2], nil)
+  queue_helpers().wake_first(KEYS[2], KEYS[3], ARGV[2], nil)
 end
 return removed

@@ -1,6 +1,6 @@
 -- Give back a grant that did not make a quorum, and put the waiter back in line.
 -- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
--- acquire.lua). ARGV[1]: the grant's token. ARGV[2]: the waiter id. ARGV[3]: its priority.
+-- acquire.lua). KEYS[4]: the queue's live mark (see queue.lua). ARGV[1]: the grant's token. ARGV[2]: the waiter id. ARGV[3]: its priority.
 -- ARGV[4]: how long its place is kept, in milliseconds. ARGV[5], ARGV[6], ARGV[7]: the terms
 -- of the waiter's attempt (its token, TTL in milliseconds and proposed fencing token), or three
 -- empty strings for a place without terms. ARGV[8]: the prefix of the wake channels (as in
@@ -26,7 +26,7 @@
 -- An earlier waiter may have queued here while the grant stood; the lock now being free, it
 -- is woken rather than left to its retry delay.
 --
--- queue_place and wake_first come from queue.lua, put in front of this script.
+-- queue_helpers comes from queue.lua, put in front of this script.
 local current = redis.call('GET', KEYS[1])
 if current ~= ARGV[1] then
   if current == false then
@@ -35,6 +35,8 @@ if current ~= ARGV[1] then
   return -1
 end
 redis.call('DEL', KEYS[1])
-queue_place(KEYS[2], KEYS[3], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
-wake_first(KEYS[2], KEYS[3], ARGV[8], ARGV[2])
+local q = queue_helpers()
+q.queue_place(KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
+  ARGV[7])
+q.wake_first(KEYS[2], KEYS[3], ARGV[8], ARGV[2])
 return 1

@@ -5,9 +5,12 @@
 -- a read-write lock's '#writer-waiting' (score when that wait lapses). The set's own TTL is
 -- its longest-lived member's, so it is gone with them.
 
+-- Every acquire and release of these locks looks at the queue.
+local helpers = queue_helpers()
+
 -- Drops the holds and records that have lapsed; returns this node's time.
 local function trim(holders)
-  local now = now_ms()
+  local now = helpers.now_ms()
   redis.call('ZREMRANGEBYSCORE', holders, 0, now)
   return now
 end
@@ -61,7 +64,7 @@ end
 -- over to it, since the lock is not fair).
 local function queue_waiter(queue, terms, waiter, priority, life)
   if waiter ~= '' and life ~= '0' then
-    queue_place(queue, terms, waiter, priority, life, '', '', '')
+    helpers.queue_place(queue, terms, nil, waiter, priority, life, '', '', '')
   end
 end
 
@@ -78,8 +81,8 @@ local function wake_waiters(queue, terms, prefix, count)
   if prefix == '' then
     return
   end
-  first_waiter(queue, terms)
+  helpers.first_waiter(queue, terms)
   for _, waiter in ipairs(redis.call('ZRANGE', queue, 0, count - 1)) do
-    redis.call('PUBLISH', channel_of(prefix, waiter), waiter)
+    redis.call('PUBLISH', helpers.channel_of(prefix, waiter), waiter)
   end
 end

@@ -1,6 +1,6 @@
 -- Take a hold of a reentrant lock: the lock itself if it is free (as acquire.lua would, its
 -- value the owner's id), or one more hold if the owner holds it already.
--- KEYS[1] to KEYS[7] as in acquire.lua. KEYS[8]: the holds (a hash of hold ids, with the
+-- KEYS[1] to KEYS[8] as in acquire.lua. KEYS[9]: the holds (a hash of hold ids, with the
 -- lock's TTL). ARGV[1]: the owner's id. ARGV[2] to ARGV[7] as in acquire.lua (never fair).
 -- ARGV[8]: this hold's id (the attempt's token). ARGV[9]: '1' to raise the fencing counter
 -- of a lock the owner holds here to the proposal (ARGV[3]) if it is below, '0' to leave it.
@@ -27,7 +27,7 @@
 -- it.
 --
 -- mutex_acquire is acquire.lua, put in front of this script as a function.
-local lock, holds, hold, ttl = KEYS[1], KEYS[8], ARGV[8], tonumber(ARGV[2])
+local lock, holds, hold, ttl = KEYS[1], KEYS[9], ARGV[8], tonumber(ARGV[2])
 
 local function keep_for(at_least)
   if redis.call('PTTL', lock) < at_least then

@@ -1,15 +1,15 @@
 -- Release one hold of a reentrant lock; the last hold releases the lock as release.lua does
 -- (handing it over to, or waking, the next waiter).
--- KEYS[1] to KEYS[6] as in release.lua. KEYS[7]: the holds. ARGV[1]: the owner's id. ARGV[2],
+-- KEYS[1] to KEYS[7] as in release.lua. KEYS[8]: the holds. ARGV[1]: the owner's id. ARGV[2],
 -- ARGV[3] as in release.lua. ARGV[4]: the hold's id.
 -- Returns what release.lua returns, and 2 when this hold is gone and others keep the lock.
 --
 -- mutex_release is release.lua, put in front of this script as a function.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('HDEL', KEYS[7], ARGV[4])
-  if redis.call('HLEN', KEYS[7]) > 0 then
+  redis.call('HDEL', KEYS[8], ARGV[4])
+  if redis.call('HLEN', KEYS[8]) > 0 then
     return 2
   end
-  redis.call('DEL', KEYS[7])
+  redis.call('DEL', KEYS[8])
 end
 return mutex_release()

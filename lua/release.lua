@@ -3,7 +3,8 @@
 -- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
 -- acquire.lua). KEYS[4]: the name's fencing counter. KEYS[5], KEYS[6]: the deployment's
 -- marker and quarantine (a node without the one, or with the other, hands nothing over, since
--- its grants would not count). ARGV[1]: holder token. ARGV[2]: the
+-- its grants would not count). KEYS[7]: the queue's live mark (see queue.lua). ARGV[1]: holder
+-- token. ARGV[2]: the
 -- prefix of the wake channels, or '' to stay silent (cleaning up after a failed attempt is no
 -- release worth waking anyone for). ARGV[3]: the released lock's fencing token, or 0 if
 -- unknown. ARGV[4]: '1' when the lock's own holder releases it (it knows the lock held on a
@@ -43,25 +44,28 @@
 -- Otherwise (no terms, or the fencing token would not be above the counter) the message is
 -- just '<waiter id>', and the waiter tries at once.
 --
--- first_waiter and channel_of come from queue.lua, put in front of this script.
--- One read for every key: each call from a script costs about as much as a command of its own.
-local read = redis.call('MGET', KEYS[1], KEYS[4], KEYS[5], KEYS[6])
+-- queue_helpers comes from queue.lua, put in front of this script.
+-- The lock and the queue's live mark first: without a live place in the queue, nothing else
+-- is needed. Each call from a script costs about as much as a command of its own.
+local read = redis.call('MGET', KEYS[1], KEYS[7])
 local current = read[1]
 local mine = current == ARGV[1]
 if mine or (current == false and ARGV[4] == '1') then
   local released = mine and 1 or 0
-  local first, terms = nil, nil
-  if ARGV[2] ~= '' then
-    first, terms = first_waiter(KEYS[2], KEYS[3])
+  local q, first, terms = nil, nil, nil
+  if ARGV[2] ~= '' and read[2] then
+    q = queue_helpers()
+    first, terms = q.first_waiter(KEYS[2], KEYS[3])
   end
   if first then
     local _, token, ttl, proposal = string.match(terms, '^(%d+) (%S+) (%d+) (%d+)$')
-    local channel = channel_of(ARGV[2], first)
-    local counter = tonumber(read[2] or '0')
+    local channel = q.channel_of(ARGV[2], first)
+    local node = redis.call('MGET', KEYS[4], KEYS[5], KEYS[6])
+    local counter = tonumber(node[1] or '0')
     local fence = math.max(tonumber(proposal or '0'), tonumber(ARGV[3]) + 1)
     -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
     if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991
-        and read[3] and not read[4] then
+        and node[2] and not node[3] then
       fence = string.format('%d', fence)
       redis.call('SET', KEYS[4], fence)
       token = first .. '/' .. token
@@ -71,7 +75,8 @@ if mine or (current == false and ARGV[4] == '1') then
       redis.call('HDEL', KEYS[3], first)
       redis.call('PUBLISH', channel, first .. ' ' .. token .. ' ' .. fence .. ' ' .. KEYS[1])
       if ARGV[5] and ARGV[5] ~= '' then
-        queue_place(KEYS[2], KEYS[3], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10])
+        q.queue_place(KEYS[2], KEYS[3], KEYS[7], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
+          ARGV[10])
         return released + 10
       end
       return released

@@ -17,13 +17,23 @@ use redquorum_testkit::LocalNodes;
 /// Scripts run on master `i` since its statistics were reset (`EVALSHA`, and `EVAL` when a
 /// script had to be sent whole).
 async fn scripts_run(nodes: &LocalNodes, i: usize) -> u64 {
+    commands_run(nodes, i, &["evalsha", "eval"]).await
+}
+
+/// Calls of `commands` on master `i` since its statistics were reset, from clients and from
+/// scripts alike.
+async fn commands_run(nodes: &LocalNodes, i: usize, commands: &[&str]) -> u64 {
     let text: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut common::raw(nodes, i).await)
         .await
         .expect("INFO commandstats");
     text.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            commands
+                .iter()
+                .any(|c| l.starts_with(&format!("cmdstat_{c}:")))
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
@@ -79,6 +89,13 @@ async fn an_uncontended_pair_runs_one_acquire_and_one_release_on_each_master() {
             scripts_run(&nodes, i).await,
             2 * PAIRS,
             "master {i}: scripts beyond one acquire and one release per pair"
+        );
+        // With no live place in the queue (its live mark missing), neither script looks at
+        // the queue.
+        assert_eq!(
+            commands_run(&nodes, i, &["zrange", "hget", "time"]).await,
+            0,
+            "master {i}: an uncontended pair looked at the queue"
         );
         let left: Vec<String> = common::raw(&nodes, i)
             .await

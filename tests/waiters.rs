@@ -254,6 +254,51 @@ async fn queues_empty_soon(nodes: &redquorum_testkit::LocalNodes, name: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiters_place_is_marked_live_for_at_least_as_long_as_it_lasts() {
+    // Quarantine is off (common::client): these masters have just started.
+    let nodes = common::nodes(3);
+    let holder = common::client(&nodes);
+    let lock = hold(&holder, "marked", 5_000).await;
+    let task = waiter(common::client(&nodes), "marked", NEVER);
+    for i in 0..nodes.len() {
+        assert!(
+            common::eventually(Duration::from_secs(2), || async {
+                queue_exists(&nodes, i, "marked").await
+            })
+            .await,
+            "node {i}: the waiter never queued"
+        );
+        let mut conn = common::raw(&nodes, i).await;
+        let ((secs, micros), live_pttl, places): ((u64, u64), i64, Vec<String>) = redis::pipe()
+            .cmd("TIME")
+            .cmd("PTTL")
+            .arg("redquorum:queue-live:marked")
+            .cmd("HVALS")
+            .arg("redquorum:queue-terms:marked")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let now_ms = secs * 1000 + micros / 1000;
+        assert!(!places.is_empty(), "node {i}: no place's terms");
+        for terms in places {
+            let lapse: u64 = terms.split(' ').next().unwrap().parse().unwrap();
+            // An acquire or release that finds the mark missing takes the queue for empty.
+            assert!(
+                i64::try_from(lapse.saturating_sub(now_ms)).unwrap() <= live_pttl,
+                "node {i}: the place lasts {} ms, the live mark {live_pttl} ms",
+                lapse.saturating_sub(now_ms)
+            );
+        }
+    }
+    lock.release().await.unwrap();
+    got(task, "the waiter was never handed the lock")
+        .await
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_different_clients_take_turns_in_arrival_order() {
     const WAITERS: usize = 4;
     let nodes = common::nodes(5);
@@ -303,7 +348,8 @@ async fn waiters_of_different_clients_take_turns_in_arrival_order() {
 async fn a_place_left_by_a_dead_waiter_lapses() {
     let nodes = common::nodes(3);
     let client = common::client(&nodes);
-    // A waiter that queued and died: its place lapses 800 ms from now on every node.
+    // A waiter that queued and died: its place lapses 800 ms from now on every node. A place
+    // is queued with the queue's live mark, which lasts as long as the queue's keys.
     for i in 0..3 {
         let mut conn = common::raw(&nodes, i).await;
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
@@ -318,6 +364,12 @@ async fn a_place_left_by_a_dead_waiter_lapses() {
             .arg("redquorum:queue-terms:lapsing")
             .arg("0123456789abcdef.0")
             .arg(lapses)
+            .ignore()
+            .cmd("SET")
+            .arg("redquorum:queue-live:lapsing")
+            .arg(1)
+            .arg("PX")
+            .arg(1_600)
             .ignore()
             .query_async(&mut conn)
             .await

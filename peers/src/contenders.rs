@@ -258,6 +258,7 @@ impl Contender {
                         format!("{PREFIX}deployment"),
                         format!("{PREFIX}longest-ttl"),
                         format!("{PREFIX}quarantine"),
+                        format!("{PREFIX}queue-live:{name}"),
                     ],
                     &[&token, &ttl_ms, &proposal, &waiter, &proposal, "150", "1"],
                 );
@@ -325,6 +326,7 @@ impl Contender {
                         format!("{PREFIX}fence:{name}"),
                         format!("{PREFIX}deployment"),
                         format!("{PREFIX}quarantine"),
+                        format!("{PREFIX}queue-live:{name}"),
                     ],
                     &[&token, &format!("{PREFIX}wake:"), &fence, "1"],
                 );

@@ -46,7 +46,8 @@ pub(crate) struct Proposal {
 impl Node {
     /// Asks the node to take the lock for `token` with fencing token `proposal`, queueing `place`
     /// (when the caller waits) if the lock is not to be had. Keys: the lock, its fencing
-    /// counter, its queue and the queue's lapse times.
+    /// counter, its queue, the queue's lapse times, the deployment's keys and the queue's live
+    /// mark ([`Keys::for_acquire`]).
     ///
     /// The kind of lock `keys` are for picks the script: a reentrant lock's holder is its
     /// owner, and `token` names the hold.
@@ -172,8 +173,9 @@ impl Node {
     /// first waiter, whose client hears on `channel` and its id ('' for nobody). `fence` is the
     /// released lock's fencing token (0 when unknown). `holder` when the lock's own holder
     /// releases it: a mutex gone from this node is then handed over too (see
-    /// `lua/release.lua`). Keys: the lock, its queue, the queue's terms and the fencing
-    /// counter. Counted from every node, quarantined or not: a release only removes, or hands
+    /// `lua/release.lua`). Keys: the lock, its queue, the queue's terms, the fencing counter,
+    /// the deployment's marker and quarantine, and the queue's live mark
+    /// ([`Keys::for_release`]). Counted from every node, quarantined or not: a release only removes, or hands
     /// over what the first waiter could take itself.
     ///
     /// For a reentrant lock, `token` is the hold released, and the lock goes only with its
@@ -249,10 +251,10 @@ impl Node {
 
     /// Gives back the lock if `token` holds it, and puts the waiter of `place` back in line
     /// with `terms`, or none (see `lua/give_back.lua`), waking on `channel` an earlier waiter if the
-    /// lock is now free. Keys: the lock, its queue and the queue's terms.
+    /// lock is now free. Keys: the lock, its queue, the queue's terms and its live mark.
     pub(crate) async fn give_back(
         &self,
-        keys: [&str; 3],
+        keys: [&str; 4],
         token: &str,
         place: &Place,
         terms: Option<&Terms>,
@@ -275,11 +277,11 @@ impl Node {
     }
 
     /// Gives up `waiter`'s place in the queue, waking the next waiter on `channel` if the lock
-    /// is free. Keys: the lock, its queue and the queue's terms. Whether the waiter had a place
-    /// here.
+    /// is free. Keys: the lock, its queue, the queue's terms and its live mark. Whether the
+    /// waiter had a place here.
     pub(crate) async fn dequeue(
         &self,
-        keys: [&str; 3],
+        keys: [&str; 4],
         waiter: &str,
         channel: &str,
     ) -> std::result::Result<bool, NodeFailureKind> {

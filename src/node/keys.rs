@@ -24,6 +24,9 @@ pub(crate) struct Keys {
     /// `{prefix}queue-terms:{name}`: when each waiter's place lapses, and on what terms a
     /// release may hand the lock to it.
     pub(crate) terms: String,
+    /// `{prefix}queue-live:{name}`: there while a place in the queue may be live, so that an
+    /// acquire or release that finds it missing need not look at the queue.
+    pub(crate) queue_live: String,
     /// `{prefix}holds:{name}`: a reentrant lock's holds (see `lua/reentrant_acquire.lua`).
     pub(crate) holds: String,
     /// Counts a bare majority whatever the kind (the unsafe setting a positive control uses).
@@ -42,8 +45,8 @@ fn joined(parts: &[&str]) -> String {
     key
 }
 
-/// How many keys a [`KeyList`] holds: the longest list, a reentrant lock's acquire, has eight.
-const KEY_LIST_CAPACITY: usize = 8;
+/// How many keys a [`KeyList`] holds: the longest list, a reentrant lock's acquire, has nine.
+const KEY_LIST_CAPACITY: usize = 9;
 
 /// The keys of one script call, held in place: every call to every node makes one.
 #[derive(Debug, Default)]
@@ -104,6 +107,7 @@ impl Keys {
             fence: joined(&[prefix, space, "fence:", name]),
             queue: joined(&[prefix, space, "queue:", name]),
             terms: joined(&[prefix, space, "queue-terms:", name]),
+            queue_live: joined(&[prefix, space, "queue-live:", name]),
             holds: joined(&[prefix, "holds:", name]),
             kind,
             majority_only: false,
@@ -135,6 +139,7 @@ impl Keys {
             &d.marker,
             &d.longest_ttl,
             &d.quarantine,
+            &self.queue_live,
         ])
     }
 
@@ -153,6 +158,7 @@ impl Keys {
             &self.fence,
             &d.marker,
             &d.quarantine,
+            &self.queue_live,
         ])
     }
 
@@ -180,8 +186,8 @@ impl Keys {
     }
 
     /// The keys of the scripts that act on a waiter's place (dequeue, give back).
-    pub(crate) fn for_place(&self) -> [&str; 3] {
-        [&self.lock, &self.queue, &self.terms]
+    pub(crate) fn for_place(&self) -> [&str; 4] {
+        [&self.lock, &self.queue, &self.terms, &self.queue_live]
     }
 }
 
@@ -217,7 +223,7 @@ mod tests {
         let owner = crate::config::Owner::from_id("o").unwrap();
         let reentrant = Keys::new("rq:", "x", LockKind::Reentrant(owner), d);
         assert_eq!(reentrant.lock, "rq:lock:x");
-        assert_eq!(reentrant.for_acquire().len(), 8);
+        assert_eq!(reentrant.for_acquire().len(), 9);
     }
 
     #[test]
@@ -233,7 +239,8 @@ mod tests {
                 "rq:queue-terms:x",
                 "rq:deployment",
                 "rq:longest-ttl",
-                "rq:quarantine"
+                "rq:quarantine",
+                "rq:queue-live:x"
             ]
         );
         assert_eq!(
@@ -244,7 +251,8 @@ mod tests {
                 "rq:queue-terms:x",
                 "rq:fence:x",
                 "rq:deployment",
-                "rq:quarantine"
+                "rq:quarantine",
+                "rq:queue-live:x"
             ]
         );
         assert_eq!(
@@ -254,7 +262,7 @@ mod tests {
         let owner = crate::config::Owner::from_id("o").unwrap();
         let reentrant = Keys::new("rq:", "x", LockKind::Reentrant(owner), d);
         assert_eq!(reentrant.for_acquire().last(), Some(&"rq:holds:x"));
-        assert_eq!(reentrant.for_release().len(), 7);
+        assert_eq!(reentrant.for_release().len(), 8);
         assert_eq!(
             *reentrant.for_extend(),
             ["rq:lock:x", "rq:fence:x", "rq:longest-ttl", "rq:holds:x"]
