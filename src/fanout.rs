@@ -1,17 +1,20 @@
 //! Sends one operation to every node at once and collects answers until the vote is decided.
 //!
-//! The per-node futures are polled together on the caller's task: no task is spawned per call.
-//! When the vote is decided early, the stragglers are detached (see `node::Background`): their
-//! commands are sent already, and what each does with its answer is done when the answer is
-//! read, by whichever task reads that connection. A key on more nodes than the quorum is what
-//! lets a lock survive a node that restarts empty, and a straggler's answer still counts for
-//! what the client knows of its node (health, the scripts it has, request durations).
+//! No task is spawned per call: each node's call is detached (see `node::Background`), sent at
+//! once, and polled where its answer is read; the answer waits in an inbox for the caller's
+//! task, which is woken only once enough answers are in to decide. When the vote is decided
+//! early, the stragglers finish in the background: what each does with its answer is done when
+//! the answer is read. A key on more nodes than the quorum is what lets a lock survive a node
+//! that restarts empty, and a straggler's answer still counts for what the client knows of its
+//! node (health, the scripts it has, request durations).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Instant;
 
+use futures::task::AtomicWaker;
 use tokio::sync::oneshot;
 
 use crate::error::{NodeFailure, NodeFailureKind, Operation};
@@ -30,6 +33,32 @@ pub(crate) async fn fan_out<T, F, Fut>(
     op: Operation,
     deadline: Instant,
     call: F,
+    decide: impl FnMut(usize, &Answer<T>) -> Decision,
+) -> Vec<Option<Answer<T>>>
+where
+    F: Fn(usize) -> Fut,
+    Fut: Future<Output = Answer<T>> + Send + 'static,
+    T: Send + 'static,
+{
+    fan_out_deciding_from(nodes, op, deadline, call, 1, decide).await
+}
+
+/// A [`fan_out`] whose `decide` can return something other than [`Decision::Pending`] only
+/// once `first_decision` nodes have answered: the caller's task is woken then, and after that
+/// at each answer, rather than at every answer.
+///
+/// Every node's call is detached from the start (see `node::Background`): it is polled where
+/// its answer is read (on a multi-thread runtime, often on the thread that read the socket's
+/// event), and leaves the answer in an [`Inbox`]. A task woken at each answer, only to find the
+/// vote still open, costs a trip through the runtime's queue each time; on a multi-thread
+/// runtime, with another task made ready by the same events (the next holder that a release
+/// hands the lock to), it also wakes the runtime's other worker thread.
+pub(crate) async fn fan_out_deciding_from<T, F, Fut>(
+    nodes: &[Node],
+    op: Operation,
+    deadline: Instant,
+    call: F,
+    first_decision: usize,
     mut decide: impl FnMut(usize, &Answer<T>) -> Decision,
 ) -> Vec<Option<Answer<T>>>
 where
@@ -38,43 +67,46 @@ where
     T: Send + 'static,
 {
     let mut answers: Vec<Option<Answer<T>>> = nodes.iter().map(|_| None).collect();
-    // Every node's call, polled in turn on each wake-up of the caller's task: with a handful
-    // of nodes that costs less than keeping a ready queue (`FuturesUnordered`, which also
-    // wakes its task again after polling every future once, a second trip through the
-    // runtime's queue on each fan-out).
-    let mut pending: Vec<Option<(usize, Pin<Box<Fut>>)>> = (0..nodes.len())
-        .map(|i| Some((i, Box::pin(call(i)))))
-        .collect();
     // On the client's watcher rather than a timer of the runtime's own (see `Deadlines`).
     let mut timer = match nodes.first() {
         Some(node) => node.deadlines().sleep_until(deadline),
         None => return answers,
     };
+    let inbox = Arc::new(Inbox::new(first_decision.clamp(1, nodes.len())));
+    for (i, node) in nodes.iter().enumerate() {
+        let (inbox, call) = (inbox.clone(), call(i));
+        drop(node.background().detach(async move {
+            let answer = call.await;
+            inbox.deliver(i, answer);
+        }));
+    }
+    let mut heard = 0;
     let decided = std::future::poll_fn(|cx| {
-        for slot in pending.iter_mut() {
-            let Some((i, fut)) = slot else { continue };
-            if let Poll::Ready(answer) = fut.as_mut().poll(cx) {
-                let i = *i;
-                *slot = None;
-                let decision = decide(i, &answer);
-                answers[i] = Some(answer);
-                if decision != Decision::Pending {
-                    return Poll::Ready(true);
-                }
+        inbox.waker.register(cx.waker());
+        for (i, answer) in inbox.take() {
+            heard += 1;
+            let decision = decide(i, &answer);
+            answers[i] = Some(answer);
+            if decision != Decision::Pending {
+                return Poll::Ready(true);
             }
         }
-        // Answers that are ready count before the deadline does.
-        if pending.iter().all(Option::is_none) {
+        // Answers that are in count before the deadline does.
+        if heard == nodes.len() {
             return Poll::Ready(true);
         }
         Pin::new(&mut timer).poll(cx).map(|()| false)
     })
     .await;
-    if decided {
-        for (i, straggler) in pending.into_iter().flatten() {
-            drop(nodes[i].background().detach(straggler));
+    // Later answers are dropped where they arrive; each call has done all else with its own.
+    let late = inbox.close();
+    if !decided {
+        for (i, answer) in late {
+            if answers[i].is_none() {
+                decide(i, &answer);
+                answers[i] = Some(answer);
+            }
         }
-    } else {
         for (i, slot) in answers.iter_mut().enumerate() {
             if slot.is_none() {
                 nodes[i].record_timeout(op);
@@ -85,6 +117,66 @@ where
         }
     }
     answers
+}
+
+/// The answers of a [`fan_out_deciding_from`], left where each is read, in arrival order.
+struct Inbox<T> {
+    state: Mutex<InboxState<T>>,
+    waker: AtomicWaker,
+}
+
+struct InboxState<T> {
+    arrived: Vec<(usize, Answer<T>)>,
+    /// Answers delivered in all.
+    delivered: usize,
+    /// How many answers wake the caller.
+    wake_at: usize,
+    /// The caller is done: answers are dropped.
+    closed: bool,
+}
+
+impl<T> Inbox<T> {
+    fn new(wake_at: usize) -> Self {
+        Inbox {
+            state: Mutex::new(InboxState {
+                arrived: Vec::new(),
+                delivered: 0,
+                wake_at,
+                closed: false,
+            }),
+            waker: AtomicWaker::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, InboxState<T>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn deliver(&self, node: usize, answer: Answer<T>) {
+        let wake = {
+            let mut state = self.lock();
+            if state.closed {
+                return;
+            }
+            state.arrived.push((node, answer));
+            state.delivered += 1;
+            state.delivered >= state.wake_at
+        };
+        if wake {
+            self.waker.wake();
+        }
+    }
+
+    fn take(&self) -> Vec<(usize, Answer<T>)> {
+        std::mem::take(&mut self.lock().arrived)
+    }
+
+    /// Stops taking answers; those delivered but not taken yet.
+    fn close(&self) -> Vec<(usize, Answer<T>)> {
+        let mut state = self.lock();
+        state.closed = true;
+        std::mem::take(&mut state.arrived)
+    }
 }
 
 /// Sends `call` to every node and returns without waiting for the answers, which are
@@ -175,7 +267,10 @@ where
     } = hearing;
     let mut tally = Tally::needing(nodes.len(), needed);
     let mut open = false;
-    let answers = fan_out(nodes, op, deadline, call, |i, answer| {
+    // A vote is decided no sooner than `needed` answers said yes, or enough said anything else
+    // that `needed` no longer can.
+    let first_decision = needed.min((nodes.len() + 1).saturating_sub(needed));
+    let answers = fan_out_deciding_from(nodes, op, deadline, call, first_decision, |i, answer| {
         tracing::debug!(node = nodes[i].addr(), operation = op.as_str(), answer = ?answer);
         match answer {
             Ok(v) if grants(v) => {
@@ -222,4 +317,46 @@ pub(crate) fn failures<T>(nodes: &[Node], answers: &[Option<Answer<T>>]) -> Vec<
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct CountingWaker(AtomicUsize);
+
+    impl futures::task::ArcWake for CountingWaker {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_caller_is_woken_once_enough_answers_are_in_and_at_each_one_after() {
+        let inbox: Inbox<u8> = Inbox::new(3);
+        let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        inbox.waker.register(&futures::task::waker(wakes.clone()));
+        inbox.deliver(4, Ok(1));
+        inbox.deliver(0, Err(NodeFailureKind::Timeout));
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            0,
+            "woken before a decision was possible"
+        );
+        inbox.deliver(2, Ok(3));
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
+        let taken: Vec<usize> = inbox.take().into_iter().map(|(node, _)| node).collect();
+        assert_eq!(taken, [4, 0, 2], "answers in arrival order");
+        inbox.waker.register(&futures::task::waker(wakes.clone()));
+        inbox.deliver(1, Ok(5));
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
+        // Once the caller is done, answers are dropped where they arrive, and wake nobody.
+        let late: Vec<usize> = inbox.close().into_iter().map(|(node, _)| node).collect();
+        assert_eq!(late, [1]);
+        inbox.waker.register(&futures::task::waker(wakes.clone()));
+        inbox.deliver(3, Ok(6));
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
+        assert!(inbox.take().is_empty());
+    }
 }
