@@ -124,28 +124,39 @@ impl Wake for Detached {
     }
 }
 
+/// Rounds of polling that one [`Background::run_ready`] makes before it leaves what is still
+/// ready to the poller: a detached future that wakes itself as it is polled would otherwise be
+/// polled there for ever, and the task or thread that called it never get on.
+const ROUNDS_IN_PLACE: usize = 16;
+
 impl Background {
-    /// Polls every detached future that is ready, until none is.
-    pub(super) fn run_ready(&self) {
+    /// Polls every detached future that is ready, until none is, or leaves them to the poller
+    /// after [`ROUNDS_IN_PLACE`] rounds.
+    pub(super) fn run_ready(self: &Arc<Self>) {
         if !self.any_ready.load(Ordering::Acquire) || polling() == Polling::Detached {
             return;
         }
-        marked(Polling::Detached, || {
-            loop {
+        let all_polled = marked(Polling::Detached, || {
+            for _ in 0..ROUNDS_IN_PLACE {
                 let ready = {
                     let mut ready = lock(&self.ready);
                     self.any_ready.store(false, Ordering::Release);
                     std::mem::take(&mut *ready)
                 };
                 if ready.is_empty() {
-                    return;
+                    return true;
                 }
                 for detached in ready {
                     detached.queued.store(false, Ordering::Release);
                     detached.poll();
                 }
             }
+            !self.any_ready.load(Ordering::Acquire)
         });
+        if !all_polled {
+            let weak = Arc::downgrade(self);
+            self.poller.wake(|| poller(weak));
+        }
     }
 
     /// Finishes `work` in the background: it is polled once now, and then whenever what it
@@ -157,11 +168,14 @@ impl Background {
     {
         let (done, finished) = oneshot::channel();
         self.unfinished.fetch_add(1, Ordering::AcqRel);
+        // Outside the cooperative budget of whatever task polls it: with that task's budget
+        // spent, the runtime's resources would answer each poll by waking the future again,
+        // and it would be queued anew at every round of `run_ready`.
         let detached = Arc::new(Detached {
-            work: Mutex::new(Some(Box::pin(async move {
+            work: Mutex::new(Some(Box::pin(tokio::task::unconstrained(async move {
                 work.await;
                 let _ = done.send(());
-            }))),
+            })))),
             queued: AtomicBool::new(false),
             background: Arc::downgrade(self),
         });
@@ -326,6 +340,65 @@ mod tests {
         assert_eq!(polls.load(Ordering::SeqCst), 2);
         assert!(finished.try_recv().is_ok(), "done, and said so");
         assert!(!background.poller.is_spawned(), "no task was needed");
+    }
+
+    /// A future that wakes itself at every poll, and is done after `left` more polls.
+    struct Restless {
+        left: usize,
+        polls: Arc<AtomicUsize>,
+    }
+
+    impl Future for Restless {
+        type Output = ();
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+            self.polls.fetch_add(1, Ordering::SeqCst);
+            if self.left == 0 {
+                return Poll::Ready(());
+            }
+            self.left -= 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn work_that_wakes_itself_as_it_is_polled_is_left_to_the_poller() {
+        let background = Arc::new(Background::default());
+        let polls = Arc::new(AtomicUsize::new(0));
+        let finished = background.detach(Restless {
+            left: 10 * ROUNDS_IN_PLACE,
+            polls: polls.clone(),
+        });
+        // Polled once, then a bounded number of rounds in place: the caller gets on.
+        assert_eq!(polls.load(Ordering::SeqCst), 1 + ROUNDS_IN_PLACE);
+        assert!(background.poller.is_spawned(), "the rest is the poller's");
+        until_finished(finished).await;
+        assert_eq!(polls.load(Ordering::SeqCst), 1 + 10 * ROUNDS_IN_PLACE);
+    }
+
+    #[test]
+    fn work_detached_by_a_task_that_spent_its_budget_still_finishes() {
+        let (told, heard) = std::sync::mpsc::channel();
+        // On a thread of its own, so that a detach that never returns fails the test rather
+        // than hanging it.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async {
+                let background = Arc::new(Background::default());
+                // The task's cooperative budget, spent: the runtime's resources now ask it
+                // to yield, by waking it and answering Pending.
+                while futures::FutureExt::now_or_never(tokio::task::consume_budget()).is_some() {}
+                let finished = background.detach(tokio::task::consume_budget());
+                let _ = told.send(finished);
+            });
+        });
+        let mut finished = heard
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the detach returned");
+        assert!(finished.try_recv().is_ok(), "finished in its first poll");
     }
 
     #[tokio::test]
