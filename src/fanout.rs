@@ -229,6 +229,7 @@ where
     let hearing = Hearing {
         settled: |_: &T| true,
         refusals_out: false,
+        every_answer: false,
     };
     vote_settled(nodes, needed, op, deadline, call, grants, hearing).await
 }
@@ -239,6 +240,9 @@ pub(crate) struct Hearing<S> {
     pub(crate) settled: S,
     /// Whether a lost vote still waits for the other nodes' answers.
     pub(crate) refusals_out: bool,
+    /// Whether the vote waits for every node's answer (or the deadline), whatever they say:
+    /// the caller's task is then woken once, when the last answer is in.
+    pub(crate) every_answer: bool,
 }
 
 /// A [`vote`] that, once `needed` said yes, goes on collecting answers while `settled` says the
@@ -264,12 +268,17 @@ where
     let Hearing {
         mut settled,
         refusals_out,
+        every_answer,
     } = hearing;
     let mut tally = Tally::needing(nodes.len(), needed);
     let mut open = false;
     // A vote is decided no sooner than `needed` answers said yes, or enough said anything else
     // that `needed` no longer can.
-    let first_decision = needed.min((nodes.len() + 1).saturating_sub(needed));
+    let first_decision = if every_answer {
+        nodes.len()
+    } else {
+        needed.min((nodes.len() + 1).saturating_sub(needed))
+    };
     let answers = fan_out_deciding_from(nodes, op, deadline, call, first_decision, |i, answer| {
         tracing::debug!(node = nodes[i].addr(), operation = op.as_str(), answer = ?answer);
         match answer {
@@ -281,6 +290,7 @@ where
             Err(_) => tally.failed(),
         }
         match tally.decision() {
+            _ if every_answer && tally.pending() > 0 => Decision::Pending,
             Decision::Reached if open && tally.pending() > 0 => Decision::Pending,
             Decision::Impossible if refusals_out && tally.pending() > 0 => Decision::Pending,
             decision => decision,

@@ -113,6 +113,7 @@ pub(super) async fn attempt(
                 // contention. The waiter waits anyway; the deadline still bounds a silent
                 // master.
                 refusals_out: queued.is_some(),
+                every_answer: false,
             },
         )
         .await;

@@ -119,8 +119,9 @@ pub(crate) async fn release_key(
         },
         |reply| matches!(reply, ReleaseReply::Deleted | ReleaseReply::Absent),
         Hearing {
-            settled: |_: &ReleaseReply| !hear_all,
-            refusals_out: hear_all,
+            settled: |_: &ReleaseReply| true,
+            refusals_out: false,
+            every_answer: hear_all,
         },
     )
     .instrument(debug_span!("release", lock = %name))
