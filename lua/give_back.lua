@@ -1,10 +1,10 @@
 -- Give back a grant that did not make a quorum, and put the waiter back in line.
 -- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
--- acquire.lua). KEYS[4]: the queue's live mark (see queue.lua). ARGV[1]: the grant's token. ARGV[2]: the waiter id. ARGV[3]: its priority.
--- ARGV[4]: how long its place is kept, in milliseconds. ARGV[5], ARGV[6], ARGV[7]: the terms
--- of the waiter's attempt (its token, TTL in milliseconds and proposed fencing token), or three
--- empty strings for a place without terms. ARGV[8]: the prefix of the wake channels (as in
--- release.lua).
+-- acquire.lua). KEYS[4]: the queue's live mark (see queue.lua). ARGV[1]: the grant's token.
+-- ARGV[2]: the waiter id. ARGV[3]: its priority. ARGV[4]: how long its place is kept, in
+-- milliseconds. ARGV[5], ARGV[6], ARGV[7]: the terms of the waiter's attempt (its token, TTL
+-- in milliseconds and proposed fencing token), or three empty strings for a place without
+-- terms. ARGV[8]: the prefix of the wake channels (as in release.lua).
 -- Returns 1 when deleted, 0 when the key was already gone, -1 when another token holds it.
 --
 -- A grant, by an attempt or by a release's handover, takes the waiter's place off this node's

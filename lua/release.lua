@@ -2,15 +2,15 @@
 -- whose turn it is, or at least wake that waiter.
 -- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
 -- acquire.lua). KEYS[4]: the name's fencing counter. KEYS[5], KEYS[6]: the deployment's
--- marker and quarantine (a node without the one, or with the other, hands nothing over, since
--- its grants would not count). KEYS[7]: the queue's live mark (see queue.lua). ARGV[1]: holder
--- token. ARGV[2]: the
--- prefix of the wake channels, or '' to stay silent (cleaning up after a failed attempt is no
--- release worth waking anyone for). ARGV[3]: the released lock's fencing token, or 0 if
--- unknown. ARGV[4]: '1' when the lock's own holder releases it (it knows the lock held on a
--- quorum): a lock already gone here is then handed over too. ARGV[5] to ARGV[10], optional: a
--- place to keep in line for the releaser's next attempt, when the lock is handed over (waiter
--- id, priority, life, token, TTL and proposal, as acquire.lua queues them).
+-- marker and quarantine (a node without the one, or with the other, hands nothing over,
+-- since its grants would not count). KEYS[7]: the queue's live mark (see queue.lua).
+-- ARGV[1]: holder token. ARGV[2]: the prefix of the wake channels, or '' to stay silent
+-- (cleaning up after a failed attempt is no release worth waking anyone for). ARGV[3]: the
+-- released lock's fencing token, or 0 if unknown. ARGV[4]: '1' when the lock's own holder
+-- releases it (it knows the lock held on a quorum): a lock already gone here is then handed
+-- over too. ARGV[5] to ARGV[10], optional: a place to keep in line for the releaser's next
+-- attempt, when the lock is handed over (waiter id, priority, life, token, TTL and proposal,
+-- as acquire.lua queues them).
 -- A waiter id is '<client id>.<n>'; its client hears on ARGV[2] .. '<client id>'.
 -- Returns 1 when deleted, 0 when the key was already gone, -1 when another token holds it
 -- (nothing is changed then); 10 more when the releaser's place was kept.

@@ -175,8 +175,8 @@ impl Node {
     /// releases it: a mutex gone from this node is then handed over too (see
     /// `lua/release.lua`). Keys: the lock, its queue, the queue's terms, the fencing counter,
     /// the deployment's marker and quarantine, and the queue's live mark
-    /// ([`Keys::for_release`]). Counted from every node, quarantined or not: a release only removes, or hands
-    /// over what the first waiter could take itself.
+    /// ([`Keys::for_release`]). Counted from every node, quarantined or not: a release only
+    /// removes, or hands over what the first waiter could take itself.
     ///
     /// For a reentrant lock, `token` is the hold released, and the lock goes only with its
     /// last hold; a read-write lock or a semaphore wakes the first few waiters.
