@@ -10,6 +10,7 @@
 
 mod contenders;
 mod report;
+mod runtime_counts;
 mod scenarios;
 mod wire;
 
@@ -274,6 +275,7 @@ fn main() -> ExitCode {
     );
     let _ = writeln!(out, "{}", report::table(&rows.all()));
     let _ = writeln!(out, "{}", report::cpu_table(&rows.all()));
+    let _ = writeln!(out, "{}", report::runtime_table(&rows.all()));
     let _ = write!(out, "{ratios}");
     let _ = writeln!(
         out,

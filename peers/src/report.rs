@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use redquorum_testkit::CpuPer;
 
+use crate::runtime_counts::RuntimePer;
 use crate::scenarios::{Contended, Uncontended};
 
 /// Every repeat of one contender in one variant.
@@ -80,6 +81,16 @@ impl Row {
     /// The median over repeats of what a critical section cost the CPUs, in µs.
     fn cpu_per_section(&self, field: fn(&CpuPer) -> f64) -> Option<f64> {
         cpu_median(self.contended.iter().map(|c| c.cpu_per_section), field)
+    }
+
+    /// The median over repeats of what the runtime's workers did per critical section.
+    fn runtime_per_section(&self, field: fn(&RuntimePer) -> f64) -> Option<f64> {
+        median(
+            self.contended
+                .iter()
+                .filter_map(|c| c.runtime_per_section.as_ref().map(field))
+                .collect(),
+        )
     }
 
     fn contended_median(&self, field: fn(&Contended) -> f64) -> Option<f64> {
@@ -162,6 +173,38 @@ pub(crate) fn cpu_table(rows: &[&Row]) -> String {
             figure(both, " µs"),
             figure(row.sections_per_second(), ""),
             figure(row.cpu_per_section(|c| c.masters_us), " µs"),
+            figure(row.cpu_per_section(|c| c.process_us), " µs"),
+        );
+    }
+    out
+}
+
+/// What the runtime's worker threads did per critical section, one line per contender and
+/// variant that ran the contended scenario: how often they parked (each time through the
+/// kernel, and often an idle CPU woken) and how long they ran tasks.
+pub(crate) fn runtime_table(rows: &[&Row]) -> String {
+    let mut out = String::from(
+        "| client | variant | worker threads | contended sections/s | worker parks per section | workers' busy time per section | client's CPU per section |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for row in rows.iter().filter(|row| !row.contended.is_empty()) {
+        let workers = row
+            .contended
+            .iter()
+            .find_map(|c| c.runtime_per_section)
+            .map_or_else(|| "-".to_owned(), |r| r.workers.to_string());
+        let parks = row
+            .runtime_per_section(|r| r.parks)
+            .map_or_else(|| "-".to_owned(), |p| format!("{p:.2}"));
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            row.client,
+            row.variant,
+            workers,
+            figure(row.sections_per_second(), ""),
+            parks,
+            figure(row.runtime_per_section(|r| r.busy_us), " µs"),
             figure(row.cpu_per_section(|c| c.process_us), " µs"),
         );
     }
@@ -291,6 +334,11 @@ mod tests {
                 masters_us: rate / 10.0,
                 process_us: rate / 20.0,
             }),
+            runtime_per_section: Some(RuntimePer {
+                workers: 2,
+                parks: rate / 1000.0,
+                busy_us: rate / 40.0,
+            }),
         }
     }
 
@@ -344,5 +392,28 @@ mod tests {
         // The CPU per section is the median over repeats, as the rate is.
         let cpu = cpu_table(&[&row]);
         assert!(cpu.contains("| 2000 | 200 µs | 100 µs |"), "{cpu}");
+    }
+
+    #[test]
+    fn the_runtime_counts_shown_are_medians_and_rows_without_contention_are_left_out() {
+        let mut row = Row::new("c", "v");
+        row.contended = vec![
+            contended(3000.0, (3000, 3100)),
+            contended(1000.0, (900, 1100)),
+            Contended {
+                runtime_per_section: None,
+                ..contended(2000.0, (1900, 2050))
+            },
+        ];
+        let mut uncontended_only = Row::new("d", "w");
+        uncontended_only.uncontended = vec![uncontended(1.0, 1.0)];
+        let table = runtime_table(&[&row, &uncontended_only]);
+        // Parks and busy time: medians of the repeats that read them (3 and 1 → 2, 75 and 25
+        // → 50); the rate and the client's CPU, of all three.
+        assert!(
+            table.contains("| c | v | 2 | 2000 | 2.00 | 50 µs | 100 µs |"),
+            "{table}"
+        );
+        assert!(!table.contains("| d | w |"), "{table}");
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use redquorum_testkit::{CpuMeter, CpuPer, MastersCpu};
 
 use crate::contenders::Contender;
+use crate::runtime_counts::{RuntimeCounters, RuntimePer};
 
 /// Sequential pairs on distinct names: warm-up pairs, then `pairs` timed ones.
 #[derive(Debug, Clone)]
@@ -32,6 +33,8 @@ pub(crate) struct Contended {
     /// CPU time per critical section: the masters' and this process's (every worker's),
     /// where they could be read.
     pub(crate) cpu_per_section: Option<CpuPer>,
+    /// What the runtime's workers did per critical section.
+    pub(crate) runtime_per_section: Option<RuntimePer>,
 }
 
 /// A worker whose acquire is still pending this long after the end is counted as stuck.
@@ -119,6 +122,7 @@ pub(crate) async fn contended(
     }
     start.wait().await;
     let meter = CpuMeter::start(&masters);
+    let runtime = RuntimeCounters::read();
     let started = Instant::now();
     let (mut done, mut latencies, mut stuck) = (Vec::new(), Vec::new(), 0u64);
     for handle in workers {
@@ -135,6 +139,7 @@ pub(crate) async fn contended(
     latencies.sort_by(f64::total_cmp);
     let sections: u64 = done.iter().sum();
     let cpu_per_section = meter.per(usize::try_from(sections).unwrap_or(usize::MAX));
+    let runtime_per_section = runtime.per(sections);
     Contended {
         sections_per_second: sections as f64 / elapsed.as_secs_f64(),
         acquire_p50_us: percentile(&latencies, 0.50),
@@ -148,6 +153,7 @@ pub(crate) async fn contended(
         stuck_workers: stuck,
         errors: shared.errors.load(SeqCst),
         cpu_per_section,
+        runtime_per_section,
     }
 }
 

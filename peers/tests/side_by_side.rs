@@ -44,6 +44,27 @@ fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
     // the fan-out sending redquorum's scripts, every master granted and released with the keys
     // and arguments it sends, as the library's own calls do.
     assert!(!stdout.contains(" errors |"), "{stdout}");
+    // What the runtime's workers did, for the three rows that ran the contended scenario: a
+    // runtime that waited for the masters parked, and ran tasks for some time, every section.
+    let runtime_rows: Vec<&str> = stdout
+        .lines()
+        .skip_while(|line| !line.contains("| worker parks per section |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    assert_eq!(runtime_rows.len(), 3, "{stdout}");
+    for line in &runtime_rows {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let parks: f64 = cells[5].parse().unwrap_or(0.0);
+        let busy: f64 = cells[6].trim_end_matches(" µs").parse().unwrap_or(0.0);
+        assert!(parks > 0.0 && busy > 0.0, "{line}");
+    }
+    assert!(
+        runtime_rows
+            .iter()
+            .any(|line| line.starts_with("| redquorum | current-thread runtime | 1 |")),
+        "{stdout}"
+    );
     for ratio in [
         "vs rslock",
         "vs bare redis-rs",
