@@ -18,7 +18,7 @@ pub(crate) struct RuntimeCounters {
 }
 
 /// What the workers did per critical section (or per any unit of work) between two readings.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct RuntimePer {
     pub(crate) workers: usize,
     /// Times a worker parked.
@@ -79,6 +79,5 @@ mod tests {
         assert_eq!(per.workers, 1);
         // Each sleep parks the one worker at least once.
         assert!(per.parks >= 1.0, "{per:?}");
-        assert!(per.busy_us >= 0.0, "{per:?}");
     }
 }
