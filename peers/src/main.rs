@@ -6,12 +6,15 @@
 //! scenarios (default runtime, then current-thread), and rslock's, each in a task of a fresh
 //! runtime. Figures are medians over the repeats; compare them only within one run. Each
 //! run also reads what its pairs, or its critical sections, cost the masters' CPUs and the
-//! client's: on a machine whose few CPUs run both, that cost is what its rate follows.
+//! client's: on a machine whose few CPUs run both, that cost is what its rate follows; and,
+//! under contention, what the runtime's threads did (`runtime_counts.rs`) and what each of
+//! their wake-ups brought the clients (`wake_ups.rs`).
 
 mod contenders;
 mod report;
 mod runtime_counts;
 mod scenarios;
+mod wake_ups;
 mod wire;
 
 use std::io::Write as _;
@@ -75,17 +78,19 @@ fn settings() -> Result<Settings, String> {
     Ok(s)
 }
 
-/// A fresh runtime per figure: multi-thread with a worker per core, or a single thread.
+/// A fresh runtime per figure: multi-thread with a worker per core, or a single thread; its
+/// threads' parks and wake-ups counted (see `wake_ups.rs`).
 fn runtime(multi_thread: bool) -> std::io::Result<tokio::runtime::Runtime> {
-    if multi_thread {
+    let mut builder = if multi_thread {
         tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
     } else {
         tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    }
+    };
+    builder
+        .enable_all()
+        .on_thread_park(wake_ups::parking)
+        .on_thread_unpark(wake_ups::unparked)
+        .build()
 }
 
 /// Runs `scenario` as a task of `rt`, as application code runs, rather than on the thread that
@@ -276,6 +281,7 @@ fn main() -> ExitCode {
     let _ = writeln!(out, "{}", report::table(&rows.all()));
     let _ = writeln!(out, "{}", report::cpu_table(&rows.all()));
     let _ = writeln!(out, "{}", report::runtime_table(&rows.all()));
+    let _ = writeln!(out, "{}", report::wake_up_table(&rows.all()));
     let _ = write!(out, "{ratios}");
     let _ = writeln!(
         out,

@@ -6,6 +6,7 @@ use redquorum_testkit::CpuPer;
 
 use crate::runtime_counts::RuntimePer;
 use crate::scenarios::{Contended, Uncontended};
+use crate::wake_ups::WakeUpsPer;
 
 /// Every repeat of one contender in one variant.
 #[derive(Debug, Default)]
@@ -89,6 +90,16 @@ impl Row {
             self.contended
                 .iter()
                 .filter_map(|c| c.runtime_per_section.as_ref().map(field))
+                .collect(),
+        )
+    }
+
+    /// The median over repeats of what the runtime threads' wake-ups brought per section.
+    fn wake_ups_per_section(&self, field: fn(&WakeUpsPer) -> f64) -> Option<f64> {
+        median(
+            self.contended
+                .iter()
+                .filter_map(|c| c.wake_ups_per_section.as_ref().map(field))
                 .collect(),
         )
     }
@@ -206,6 +217,32 @@ pub(crate) fn runtime_table(rows: &[&Row]) -> String {
             parks,
             figure(row.runtime_per_section(|r| r.busy_us), " µs"),
             figure(row.cpu_per_section(|c| c.process_us), " µs"),
+        );
+    }
+    out
+}
+
+/// What the runtime threads' wake-ups brought the contended clients, per critical section (see
+/// `wake_ups.rs`), for each row that ran the contended scenario. A client whose tasks are woken
+/// by connection tasks of its own (redis-rs's multiplexed connections, which rslock uses) shows
+/// no parks that woke a client's task: the driver woke those connection tasks instead.
+pub(crate) fn wake_up_table(rows: &[&Row]) -> String {
+    let mut out = String::from(
+        "| client | variant | contended sections/s | thread wake-ups per section | wake-ups that ran no client's task | parks in which the driver woke one client's task | parks in which it woke two or more clients' tasks at once |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    let count = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+    for row in rows.iter().filter(|row| !row.contended.is_empty()) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            row.client,
+            row.variant,
+            figure(row.sections_per_second(), ""),
+            count(row.wake_ups_per_section(|w| w.wake_ups)),
+            count(row.wake_ups_per_section(|w| w.ran_none)),
+            count(row.wake_ups_per_section(|w| w.driver_woke_one)),
+            count(row.wake_ups_per_section(|w| w.driver_woke_two)),
         );
     }
     out
@@ -339,6 +376,12 @@ mod tests {
                 parks: rate / 1000.0,
                 busy_us: rate / 40.0,
             }),
+            wake_ups_per_section: Some(WakeUpsPer {
+                wake_ups: rate / 500.0,
+                ran_none: rate / 2000.0,
+                driver_woke_one: rate / 1000.0,
+                driver_woke_two: rate / 4000.0,
+            }),
         }
     }
 
@@ -412,6 +455,29 @@ mod tests {
         // → 50); the rate and the client's CPU, of all three.
         assert!(
             table.contains("| c | v | 2 | 2000 | 2.00 | 50 µs | 100 µs |"),
+            "{table}"
+        );
+        assert!(!table.contains("| d | w |"), "{table}");
+    }
+
+    #[test]
+    fn the_wake_up_counts_shown_are_medians_and_rows_without_contention_are_left_out() {
+        let mut row = Row::new("c", "v");
+        row.contended = vec![
+            contended(4000.0, (4000, 4100)),
+            contended(2000.0, (1900, 2100)),
+            Contended {
+                wake_ups_per_section: None,
+                ..contended(3000.0, (2900, 3050))
+            },
+        ];
+        let mut uncontended_only = Row::new("d", "w");
+        uncontended_only.uncontended = vec![uncontended(1.0, 1.0)];
+        let table = wake_up_table(&[&row, &uncontended_only]);
+        // The counts: medians of the two repeats that read them (8 and 4 → 6, 2 and 1 → 1.5,
+        // 4 and 2 → 3, 1 and 0.5 → 0.75); the rate, of all three.
+        assert!(
+            table.contains("| c | v | 3000 | 6.00 | 1.50 | 3.00 | 0.75 |"),
             "{table}"
         );
         assert!(!table.contains("| d | w |"), "{table}");

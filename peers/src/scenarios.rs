@@ -9,6 +9,7 @@ use redquorum_testkit::{CpuMeter, CpuPer, MastersCpu};
 
 use crate::contenders::Contender;
 use crate::runtime_counts::{RuntimeCounters, RuntimePer};
+use crate::wake_ups::{WakeCounts, WakeUpsPer, Watched};
 
 /// Sequential pairs on distinct names: warm-up pairs, then `pairs` timed ones.
 #[derive(Debug, Clone)]
@@ -35,6 +36,8 @@ pub(crate) struct Contended {
     pub(crate) cpu_per_section: Option<CpuPer>,
     /// What the runtime's workers did per critical section.
     pub(crate) runtime_per_section: Option<RuntimePer>,
+    /// What the runtime threads' wake-ups brought the clients, per critical section.
+    pub(crate) wake_ups_per_section: Option<WakeUpsPer>,
 }
 
 /// A worker whose acquire is still pending this long after the end is counted as stuck.
@@ -103,10 +106,11 @@ pub(crate) async fn contended(
         errors: AtomicU64::new(0),
     });
     let start = Arc::new(tokio::sync::Barrier::new(contenders.len() + 1));
+    let wakes = Arc::new(WakeCounts::default());
     let mut workers = Vec::new();
     for (w, contender) in contenders.into_iter().enumerate() {
         let (shared, start) = (shared.clone(), start.clone());
-        workers.push(tokio::spawn(async move {
+        workers.push(tokio::spawn(Watched::new(w, wakes.clone(), async move {
             // Connections made and scripts loaded before the clock starts.
             for i in 0..5 {
                 if let Ok(held) = contender
@@ -118,11 +122,12 @@ pub(crate) async fn contended(
             }
             start.wait().await;
             worker(&contender, &shared, Instant::now() + run).await
-        }));
+        })));
     }
     start.wait().await;
     let meter = CpuMeter::start(&masters);
     let runtime = RuntimeCounters::read();
+    let woken = wakes.read();
     let started = Instant::now();
     let (mut done, mut latencies, mut stuck) = (Vec::new(), Vec::new(), 0u64);
     for handle in workers {
@@ -140,6 +145,7 @@ pub(crate) async fn contended(
     let sections: u64 = done.iter().sum();
     let cpu_per_section = meter.per(usize::try_from(sections).unwrap_or(usize::MAX));
     let runtime_per_section = runtime.per(sections);
+    let wake_ups_per_section = woken.per(sections);
     Contended {
         sections_per_second: sections as f64 / elapsed.as_secs_f64(),
         acquire_p50_us: percentile(&latencies, 0.50),
@@ -154,6 +160,7 @@ pub(crate) async fn contended(
         errors: shared.errors.load(SeqCst),
         cpu_per_section,
         runtime_per_section,
+        wake_ups_per_section,
     }
 }
 

@@ -65,6 +65,31 @@ fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
             .any(|line| line.starts_with("| redquorum | current-thread runtime | 1 |")),
         "{stdout}"
     );
+    // What the wake-ups brought: redquorum's clients read their own sockets, so on both
+    // runtimes the driver itself woke their tasks, in parks that the table counts, and the
+    // threads woke from their parks.
+    let wake_up_rows: Vec<&str> = stdout
+        .lines()
+        .skip_while(|line| !line.contains("| thread wake-ups per section |"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .collect();
+    assert_eq!(wake_up_rows.len(), 3, "{stdout}");
+    for line in wake_up_rows
+        .iter()
+        .filter(|line| line.starts_with("| redquorum |"))
+    {
+        let cells: Vec<f64> = line
+            .split('|')
+            .skip(4)
+            .filter_map(|cell| cell.trim().parse().ok())
+            .collect();
+        let [wake_ups, ran_none, woke_one, woke_two] = cells[..] else {
+            panic!("{line}");
+        };
+        assert!(wake_ups > 0.0 && ran_none <= wake_ups, "{line}");
+        assert!(woke_one + woke_two > 0.0, "{line}");
+    }
     for ratio in [
         "vs rslock",
         "vs bare redis-rs",
