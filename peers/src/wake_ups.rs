@@ -77,7 +77,7 @@ pub(crate) fn unparked() {
 #[derive(Debug, Default)]
 pub(crate) struct WakeCounts {
     /// Parks in which the driver woke at least one client's task.
-    driver_woke_one: AtomicU64,
+    driver_woke_any: AtomicU64,
     /// Parks in which it woke two or more clients' tasks.
     driver_woke_two: AtomicU64,
     /// Wake-ups after which the thread ran at least one client's task.
@@ -94,7 +94,7 @@ impl WakeCounts {
         WakeReading {
             counts: self.clone(),
             wake_ups: WAKE_UPS.load(Relaxed),
-            driver_woke_one: self.driver_woke_one.load(Relaxed),
+            driver_woke_any: self.driver_woke_any.load(Relaxed),
             driver_woke_two: self.driver_woke_two.load(Relaxed),
             ran_a_client: self.ran_a_client.load(Relaxed),
         }
@@ -106,7 +106,7 @@ impl WakeCounts {
 pub(crate) struct WakeReading {
     counts: Arc<WakeCounts>,
     wake_ups: u64,
-    driver_woke_one: u64,
+    driver_woke_any: u64,
     driver_woke_two: u64,
     ran_a_client: u64,
 }
@@ -118,7 +118,8 @@ pub(crate) struct WakeUpsPer {
     pub(crate) wake_ups: f64,
     /// Wake-ups after which the thread ran no client's task.
     pub(crate) ran_none: f64,
-    /// Parks in which the driver woke one client's task, and two or more clients' at once.
+    /// Parks in which the driver woke exactly one client's task, and two or more clients' at
+    /// once.
     pub(crate) driver_woke_one: f64,
     pub(crate) driver_woke_two: f64,
 }
@@ -134,7 +135,7 @@ impl WakeReading {
         let wake_ups = now.wake_ups.saturating_sub(self.wake_ups);
         let ran = now.ran_a_client.saturating_sub(self.ran_a_client);
         let two = now.driver_woke_two.saturating_sub(self.driver_woke_two);
-        let any = now.driver_woke_one.saturating_sub(self.driver_woke_one);
+        let any = now.driver_woke_any.saturating_sub(self.driver_woke_any);
         Some(WakeUpsPer {
             wake_ups: wake_ups as f64 / units,
             ran_none: wake_ups.saturating_sub(ran) as f64 / units,
@@ -216,7 +217,7 @@ impl Wake for Probe {
             let (woke_run, woke_park, first, two) = t.woke;
             if (woke_run, woke_park) != (run, t.wake_ups) {
                 t.woke = (run, t.wake_ups, self.client, false);
-                self.counts.driver_woke_one.fetch_add(1, Relaxed);
+                self.counts.driver_woke_any.fetch_add(1, Relaxed);
             } else if !two && first != self.client {
                 t.woke.3 = true;
                 self.counts.driver_woke_two.fetch_add(1, Relaxed);

@@ -66,8 +66,8 @@ fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
         "{stdout}"
     );
     // What the wake-ups brought: redquorum's clients read their own sockets, so on both
-    // runtimes the driver itself woke their tasks, in parks that the table counts, and the
-    // threads woke from their parks.
+    // runtimes the driver itself woke their tasks, in parks that the table counts, and some of
+    // the threads' wake-ups ran a client's task.
     let wake_up_rows: Vec<&str> = stdout
         .lines()
         .skip_while(|line| !line.contains("| thread wake-ups per section |"))
@@ -87,7 +87,7 @@ fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
         let [wake_ups, ran_none, woke_one, woke_two] = cells[..] else {
             panic!("{line}");
         };
-        assert!(wake_ups > 0.0 && ran_none <= wake_ups, "{line}");
+        assert!(wake_ups > 0.0 && ran_none < wake_ups, "{line}");
         assert!(woke_one + woke_two > 0.0, "{line}");
     }
     for ratio in [
