@@ -4,9 +4,7 @@ use std::fmt::Write as _;
 
 use redquorum_testkit::CpuPer;
 
-use crate::runtime_counts::RuntimePer;
 use crate::scenarios::{Contended, Uncontended};
-use crate::wake_ups::WakeUpsPer;
 
 /// Every repeat of one contender in one variant.
 #[derive(Debug, Default)]
@@ -84,22 +82,18 @@ impl Row {
         cpu_median(self.contended.iter().map(|c| c.cpu_per_section), field)
     }
 
-    /// The median over repeats of what the runtime's workers did per critical section.
-    fn runtime_per_section(&self, field: fn(&RuntimePer) -> f64) -> Option<f64> {
+    /// The median, over the repeats that read it, of a figure per critical section: `field` of
+    /// what `read` takes from each repeat (what the runtime's workers did, or what their
+    /// wake-ups brought).
+    fn per_section<T>(
+        &self,
+        read: fn(&Contended) -> Option<T>,
+        field: fn(&T) -> f64,
+    ) -> Option<f64> {
         median(
             self.contended
                 .iter()
-                .filter_map(|c| c.runtime_per_section.as_ref().map(field))
-                .collect(),
-        )
-    }
-
-    /// The median over repeats of what the runtime threads' wake-ups brought per section.
-    fn wake_ups_per_section(&self, field: fn(&WakeUpsPer) -> f64) -> Option<f64> {
-        median(
-            self.contended
-                .iter()
-                .filter_map(|c| c.wake_ups_per_section.as_ref().map(field))
+                .filter_map(|c| read(c).as_ref().map(field))
                 .collect(),
         )
     }
@@ -118,6 +112,11 @@ impl Row {
 
 fn figure(value: Option<f64>, unit: &str) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.0}{unit}"))
+}
+
+/// A count per critical section, to two decimals, or `-` where none was read.
+fn count(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
 }
 
 /// The table, one line per contender and variant.
@@ -204,9 +203,6 @@ pub(crate) fn runtime_table(rows: &[&Row]) -> String {
             .iter()
             .find_map(|c| c.runtime_per_section)
             .map_or_else(|| "-".to_owned(), |r| r.workers.to_string());
-        let parks = row
-            .runtime_per_section(|r| r.parks)
-            .map_or_else(|| "-".to_owned(), |p| format!("{p:.2}"));
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} |",
@@ -214,8 +210,11 @@ pub(crate) fn runtime_table(rows: &[&Row]) -> String {
             row.variant,
             workers,
             figure(row.sections_per_second(), ""),
-            parks,
-            figure(row.runtime_per_section(|r| r.busy_us), " µs"),
+            count(row.per_section(|c| c.runtime_per_section, |r| r.parks)),
+            figure(
+                row.per_section(|c| c.runtime_per_section, |r| r.busy_us),
+                " µs"
+            ),
             figure(row.cpu_per_section(|c| c.process_us), " µs"),
         );
     }
@@ -231,7 +230,6 @@ pub(crate) fn wake_up_table(rows: &[&Row]) -> String {
         "| client | variant | contended sections/s | thread wake-ups per section | wake-ups that ran no client's task | parks in which the driver woke one client's task | parks in which it woke two or more clients' tasks at once |\n\
          | --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
     );
-    let count = |value: Option<f64>| value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     for row in rows.iter().filter(|row| !row.contended.is_empty()) {
         let _ = writeln!(
             out,
@@ -239,10 +237,10 @@ pub(crate) fn wake_up_table(rows: &[&Row]) -> String {
             row.client,
             row.variant,
             figure(row.sections_per_second(), ""),
-            count(row.wake_ups_per_section(|w| w.wake_ups)),
-            count(row.wake_ups_per_section(|w| w.ran_none)),
-            count(row.wake_ups_per_section(|w| w.driver_woke_one)),
-            count(row.wake_ups_per_section(|w| w.driver_woke_two)),
+            count(row.per_section(|c| c.wake_ups_per_section, |w| w.wake_ups)),
+            count(row.per_section(|c| c.wake_ups_per_section, |w| w.ran_none)),
+            count(row.per_section(|c| c.wake_ups_per_section, |w| w.driver_woke_one)),
+            count(row.per_section(|c| c.wake_ups_per_section, |w| w.driver_woke_two)),
         );
     }
     out
@@ -357,6 +355,8 @@ pub(crate) fn ratios(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime_counts::RuntimePer;
+    use crate::wake_ups::WakeUpsPer;
 
     fn contended(rate: f64, per_worker: (u64, u64)) -> Contended {
         Contended {
@@ -438,48 +438,35 @@ mod tests {
     }
 
     #[test]
-    fn the_runtime_counts_shown_are_medians_and_rows_without_contention_are_left_out() {
+    fn the_runtime_and_wake_up_counts_shown_are_medians_and_rows_without_contention_are_left_out() {
         let mut row = Row::new("c", "v");
         row.contended = vec![
             contended(3000.0, (3000, 3100)),
             contended(1000.0, (900, 1100)),
             Contended {
                 runtime_per_section: None,
+                wake_ups_per_section: None,
                 ..contended(2000.0, (1900, 2050))
             },
         ];
         let mut uncontended_only = Row::new("d", "w");
         uncontended_only.uncontended = vec![uncontended(1.0, 1.0)];
-        let table = runtime_table(&[&row, &uncontended_only]);
+        let runtime = runtime_table(&[&row, &uncontended_only]);
         // Parks and busy time: medians of the repeats that read them (3 and 1 → 2, 75 and 25
         // → 50); the rate and the client's CPU, of all three.
         assert!(
-            table.contains("| c | v | 2 | 2000 | 2.00 | 50 µs | 100 µs |"),
-            "{table}"
+            runtime.contains("| c | v | 2 | 2000 | 2.00 | 50 µs | 100 µs |"),
+            "{runtime}"
         );
-        assert!(!table.contains("| d | w |"), "{table}");
-    }
-
-    #[test]
-    fn the_wake_up_counts_shown_are_medians_and_rows_without_contention_are_left_out() {
-        let mut row = Row::new("c", "v");
-        row.contended = vec![
-            contended(4000.0, (4000, 4100)),
-            contended(2000.0, (1900, 2100)),
-            Contended {
-                wake_ups_per_section: None,
-                ..contended(3000.0, (2900, 3050))
-            },
-        ];
-        let mut uncontended_only = Row::new("d", "w");
-        uncontended_only.uncontended = vec![uncontended(1.0, 1.0)];
-        let table = wake_up_table(&[&row, &uncontended_only]);
-        // The counts: medians of the two repeats that read them (8 and 4 → 6, 2 and 1 → 1.5,
-        // 4 and 2 → 3, 1 and 0.5 → 0.75); the rate, of all three.
+        let wake_ups = wake_up_table(&[&row, &uncontended_only]);
+        // The counts likewise (6 and 2 → 4, 1.5 and 0.5 → 1, 3 and 1 → 2, 0.75 and 0.25 →
+        // 0.5); the rate, of all three.
         assert!(
-            table.contains("| c | v | 3000 | 6.00 | 1.50 | 3.00 | 0.75 |"),
-            "{table}"
+            wake_ups.contains("| c | v | 2000 | 4.00 | 1.00 | 2.00 | 0.50 |"),
+            "{wake_ups}"
         );
-        assert!(!table.contains("| d | w |"), "{table}");
+        for table in [runtime, wake_ups] {
+            assert!(!table.contains("| d | w |"), "{table}");
+        }
     }
 }

@@ -15,9 +15,11 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
+
+use futures::task::AtomicWaker;
 
 /// Wake-ups of every runtime thread in the process. The comparison runs one runtime at a time,
 /// so the difference between two readings is that runtime's.
@@ -157,7 +159,7 @@ struct Probe {
     client: usize,
     counts: Arc<WakeCounts>,
     /// The waker of the task this runs in, as of its latest poll.
-    task_waker: Mutex<Option<Waker>>,
+    task_waker: AtomicWaker,
 }
 
 impl<F: Future> Watched<F> {
@@ -165,7 +167,7 @@ impl<F: Future> Watched<F> {
         let probe = Arc::new(Probe {
             client,
             counts,
-            task_waker: Mutex::new(None),
+            task_waker: AtomicWaker::new(),
         });
         Watched {
             task: Box::pin(task),
@@ -179,16 +181,7 @@ impl<F: Future> Future for Watched<F> {
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        {
-            let mut task_waker = self
-                .probe
-                .task_waker
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if !task_waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                *task_waker = Some(cx.waker().clone());
-            }
-        }
+        self.probe.task_waker.register(cx.waker());
         let (counts, run) = (&self.probe.counts, self.probe.counts.run());
         with_thread(|t| {
             if t.ran != (run, t.wake_ups) {
@@ -223,14 +216,7 @@ impl Wake for Probe {
                 self.counts.driver_woke_two.fetch_add(1, Relaxed);
             }
         });
-        let task_waker = self
-            .task_waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        if let Some(task_waker) = task_waker {
-            task_waker.wake();
-        }
+        self.task_waker.wake();
     }
 }
 

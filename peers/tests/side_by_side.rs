@@ -4,6 +4,16 @@
 
 use std::process::Command;
 
+/// The rows of the table whose header contains `header`.
+fn table_rows<'a>(stdout: &'a str, header: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .skip_while(|line| !line.contains(header))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .collect()
+}
+
 #[test]
 fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
     let out = Command::new(env!("CARGO_BIN_EXE_redquorum-peers"))
@@ -46,12 +56,7 @@ fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
     assert!(!stdout.contains(" errors |"), "{stdout}");
     // What the runtime's workers did, for the three rows that ran the contended scenario: a
     // runtime that waited for the masters parked, and ran tasks for some time, every section.
-    let runtime_rows: Vec<&str> = stdout
-        .lines()
-        .skip_while(|line| !line.contains("| worker parks per section |"))
-        .skip(2)
-        .take_while(|line| line.starts_with('|'))
-        .collect();
+    let runtime_rows = table_rows(&stdout, "| worker parks per section |");
     assert_eq!(runtime_rows.len(), 3, "{stdout}");
     for line in &runtime_rows {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
@@ -68,12 +73,7 @@ fn a_short_run_measures_every_client_and_mutual_exclusion_holds() {
     // What the wake-ups brought: redquorum's clients read their own sockets, so on both
     // runtimes the driver itself woke their tasks, in parks that the table counts, and some of
     // the threads' wake-ups ran a client's task.
-    let wake_up_rows: Vec<&str> = stdout
-        .lines()
-        .skip_while(|line| !line.contains("| thread wake-ups per section |"))
-        .skip(2)
-        .take_while(|line| line.starts_with('|'))
-        .collect();
+    let wake_up_rows = table_rows(&stdout, "| thread wake-ups per section |");
     assert_eq!(wake_up_rows.len(), 3, "{stdout}");
     for line in wake_up_rows
         .iter()
