@@ -59,6 +59,17 @@ async fn until_finished(finished: oneshot::Receiver<()>) {
         .expect("finished");
 }
 
+/// A gate detached and then handed over outside any call, which spawns the poller to poll it:
+/// the gate's handles, and what says it finished.
+async fn left_to_the_poller(background: &Arc<Background>) -> (Handles, oneshot::Receiver<()>) {
+    let (gate, handles) = gate();
+    let finished = background.detach(gate);
+    hand_over(&handles.1);
+    tokio::task::yield_now().await;
+    assert!(background.poller.is_spawned(), "the poller polls the gate");
+    (handles, finished)
+}
+
 /// Lets the poller run, if it is to, long enough to end.
 async fn let_the_poller_run() {
     for _ in 0..10 {
@@ -200,11 +211,7 @@ fn a_wake_up_with_no_runtime_is_left_for_one() {
 #[tokio::test]
 async fn the_poller_ends_when_the_last_work_is_finished_elsewhere() {
     let background = Arc::new(Background::default());
-    let (gate, (open, waker, polls)) = gate();
-    let finished = background.detach(gate);
-    hand_over(&waker);
-    tokio::task::yield_now().await;
-    assert!(background.poller.is_spawned());
+    let ((open, waker, polls), finished) = left_to_the_poller(&background).await;
     assert_eq!(polls.load(Ordering::SeqCst), 2, "the poller polled it");
     // Finished by a wake-up from the runtime, not by the poller.
     open.store(true, Ordering::SeqCst);
@@ -221,14 +228,9 @@ async fn the_poller_ends_when_the_last_work_is_finished_elsewhere() {
 #[tokio::test]
 async fn the_poller_ends_with_its_client() {
     let background = Arc::new(Background::default());
-    let (gate, (_open, waker, _polls)) = gate();
-    drop(background.detach(gate));
-    hand_over(&waker);
-    tokio::task::yield_now().await;
-    assert!(
-        background.poller.is_spawned(),
-        "the future is left unfinished"
-    );
+    // The future is left unfinished, and nobody waits for it.
+    let (_handles, finished) = left_to_the_poller(&background).await;
+    drop(finished);
     let weak = Arc::downgrade(&background);
     drop(background);
     // The poller held the client weakly and ended; the future held it weakly too.
@@ -239,11 +241,7 @@ async fn the_poller_ends_with_its_client() {
 #[tokio::test]
 async fn the_poller_ends_once_every_detached_future_is_finished() {
     let background = Arc::new(Background::default());
-    let (gate, (open, waker, _polls)) = gate();
-    let finished = background.detach(gate);
-    hand_over(&waker);
-    tokio::task::yield_now().await;
-    assert!(background.poller.is_spawned());
+    let ((open, waker, _polls), finished) = left_to_the_poller(&background).await;
     open.store(true, Ordering::SeqCst);
     hand_over(&waker);
     until_finished(finished).await;
