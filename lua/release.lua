@@ -13,7 +13,9 @@
 -- as acquire.lua queues them).
 -- A waiter id is '<client id>.<n>'; its client hears on ARGV[2] .. '<client id>'.
 -- Returns 1 when deleted, 0 when the key was already gone, -1 when another token holds it
--- (nothing is changed then); 10 more when the releaser's place was kept.
+-- (nothing is changed then, but for a place kept as below); 10 more when the releaser's place
+-- was kept as the lock was handed over; 20 more when it was kept where the lock was gone or
+-- another's.
 --
 -- A client that takes the same lock again right after releasing it (a worker in a loop) would
 -- send an attempt that every master refuses, only to queue it at the back of the line: half
@@ -21,6 +23,19 @@
 -- of a next hold, in the same step as the hand-over that puts someone else ahead of it, and
 -- the client's next acquire waits in line at once (src/lock/queue.rs). A place the client does
 -- not take up is given back like any waiter's.
+--
+-- A master can fall out of step with the line: where a release hands this master's lock to a
+-- different waiter than the quorum's (its queue lost a place the others kept, or a message came
+-- late), the holders' releases after it find the lock another's here. Without the place below,
+-- each such release would leave its releaser out of this master's queue, until the queue is
+-- empty and the lock gone, and then no release hands this master's lock over again: the line
+-- runs on the other masters alone, with no master to spare (seen under contention on a
+-- multi-thread runtime, where two of five masters stopped handing over for good).
+-- So a looping holder keeps its place here too when the lock is gone or another's: the queue
+-- has the same places, by the same priorities, as on the other masters, and a holder's release
+-- hands the free lock here to the first of them (below), in step again within one round of the
+-- line. Where the holder's release finds the lock its own and no one waiting, no place is kept:
+-- that is a holder with no one behind it, and its next acquire must try, not wait.
 --
 -- A lock gone here while its holder held it on a quorum (this master missed a hand-over, or
 -- the lock expired here) leaves this master out of every later hand-over: each release finds
@@ -45,6 +60,23 @@
 -- just '<waiter id>', and the waiter tries at once.
 --
 -- queue_helpers comes from queue.lua, put in front of this script.
+-- Keeps the releaser's place (ARGV[5] to ARGV[10]) on a master where the release handed
+-- nothing over; not on one that grants nothing (no deployment marker, or quarantined), where
+-- acquire.lua queues nobody either. Whether it did.
+local function keep_place_out_of_step(q)
+  if not ARGV[5] or ARGV[5] == '' then
+    return false
+  end
+  local node = redis.call('MGET', KEYS[5], KEYS[6])
+  if not node[1] or node[2] then
+    return false
+  end
+  q = q or queue_helpers()
+  q.queue_place(KEYS[2], KEYS[3], KEYS[7], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9],
+    ARGV[10])
+  return true
+end
+
 -- The lock and the queue's live mark first: without a live place in the queue, nothing else
 -- is needed. Each call from a script costs about as much as a command of its own.
 local read = redis.call('MGET', KEYS[1], KEYS[7])
@@ -85,10 +117,11 @@ if mine or (current == false and ARGV[4] == '1') then
   end
   if mine then
     redis.call('DEL', KEYS[1])
+    return released
   end
-  return released
+  return keep_place_out_of_step(q) and 20 or 0
 end
 if current == false then
   return 0
 end
-return -1
+return keep_place_out_of_step(nil) and 19 or -1

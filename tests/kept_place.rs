@@ -231,3 +231,68 @@ async fn a_next_acquire_on_other_terms_does_not_take_the_kept_place() {
     );
     released_leaving_no_place(lock, &conn).await;
 }
+
+/// A master out of step with the line (here: its lock and its whole line lost at once, as a
+/// flush would leave them) comes back into the hand-overs while holders keep taking the lock in
+/// a loop: their releases keep their places there too, and the first of them is handed the free
+/// lock there. Without that, no place is ever queued there again (each looping holder waits in
+/// the place its release kept on the other masters, and sends no attempt), and the line runs on
+/// four masters of five for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_out_of_step_with_the_line_comes_back_into_the_hand_overs() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let nodes = common::nodes(5);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut loops = Vec::new();
+    for _ in 0..3 {
+        let (client, stop) = (common::client(&nodes), stop.clone());
+        loops.push(tokio::spawn(async move {
+            let mut holds = 0u32;
+            while !stop.load(Ordering::Relaxed) && holds < 500 {
+                let lock = client.acquire(NAME, &waiting(10_000)).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                lock.release().await.unwrap();
+                holds += 1;
+            }
+            holds
+        }));
+    }
+    let mut conns = Vec::new();
+    for i in 0..nodes.len() {
+        conns.push(common::raw(&nodes, i).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut last = conns[4].clone();
+    let _: () = redis::cmd("DEL")
+        .arg(format!("redquorum:lock:{NAME}"))
+        .arg(format!("redquorum:queue:{NAME}"))
+        .arg(format!("redquorum:queue-terms:{NAME}"))
+        .arg(format!("redquorum:queue-live:{NAME}"))
+        .query_async(&mut last)
+        .await
+        .unwrap();
+    // In step again: the last master's lock has the holder that a quorum of the others has.
+    let in_step = common::eventually(Duration::from_secs(3), || async {
+        let mut holders = Vec::new();
+        for conn in &conns {
+            holders.push(master_view(conn).await.0);
+        }
+        let on_last = holders[4].clone();
+        on_last.is_some() && holders[..4].iter().filter(|h| **h == on_last).count() >= 2
+    })
+    .await;
+    let mut views = Vec::new();
+    for conn in &conns {
+        views.push(master_view(conn).await);
+    }
+    stop.store(true, Ordering::Relaxed);
+    for held in loops {
+        assert!(held.await.unwrap() > 0);
+    }
+    assert!(
+        in_step,
+        "the last master stayed out of the hand-overs: {views:?}"
+    );
+}

@@ -107,8 +107,8 @@ pub(crate) async fn release_key(
                         keep,
                     )
                     .await;
-                if let (Some(kept), Ok((_, queued))) = (&kept, &answer) {
-                    kept.answered(i, *queued);
+                if let (Some(kept), Ok((_, place_kept))) = (&kept, &answer) {
+                    kept.answered(i, *place_kept);
                 }
                 let answer = answer.map(|(reply, _)| reply);
                 if let Some(heard) = heard.as_mut() {

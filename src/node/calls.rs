@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::replies::{non_negative, release_reply, unexpected};
+use super::replies::{PlaceKept, non_negative, release_reply, unexpected};
 use super::scripts::SCRIPTS;
 use super::{AcquireReply, DeploymentState, Keys, Node, ReleaseReply};
 use crate::config::LockKind;
@@ -182,7 +182,8 @@ impl Node {
     /// last hold; a read-write lock or a semaphore wakes the first few waiters.
     ///
     /// `keep`, for a mutex: a place in line for the releaser's next attempt, queued with its
-    /// terms where the release hands the lock over; the answer says whether it was.
+    /// terms where the release hands the lock over, and where it finds the lock gone or
+    /// another's (a master out of step with the line); the answer says which.
     pub(crate) async fn release(
         &self,
         keys: &Keys,
@@ -191,7 +192,7 @@ impl Node {
         fence: u64,
         holder: bool,
         keep: Option<(&Place, &Terms)>,
-    ) -> std::result::Result<(ReleaseReply, bool), NodeFailureKind> {
+    ) -> std::result::Result<(ReleaseReply, PlaceKept), NodeFailureKind> {
         let holders_member = match &keys.kind {
             LockKind::Mutex => None,
             LockKind::Reentrant(owner) => {
@@ -205,7 +206,7 @@ impl Node {
                         },
                     )
                     .await?;
-                return release_reply(value).map(|(reply, _)| (reply, false));
+                return release_reply(value).map(|(reply, _)| (reply, PlaceKept::No));
             }
             LockKind::Read => Some("r:"),
             LockKind::Write => Some("w:"),

@@ -51,7 +51,7 @@ pub(crate) use keys::{DeploymentKeys, Keys};
 use link::Link;
 pub(crate) use link::{Dialer, LinkId};
 pub(crate) use replies::{
-    AcquireReply, DeploymentState, Info, ReleaseReply, config_value, is_durable,
+    AcquireReply, DeploymentState, Info, PlaceKept, ReleaseReply, config_value, is_durable,
 };
 #[cfg(feature = "tls")]
 pub(crate) use tls::Tls;

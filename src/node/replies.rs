@@ -93,16 +93,29 @@ pub(crate) fn is_durable(aof_enabled: Option<bool>, appendfsync: Option<&str>) -
 /// 10 more when the releaser's place was kept in line (the `bool`).
 pub(super) fn release_reply(
     value: Value,
-) -> std::result::Result<(ReleaseReply, bool), NodeFailureKind> {
+) -> std::result::Result<(ReleaseReply, PlaceKept), NodeFailureKind> {
     match value {
         // 2: a reentrant lock's hold is gone, and other holds keep the lock.
-        Value::Int(1 | 2) => Ok((ReleaseReply::Deleted, false)),
-        Value::Int(0) => Ok((ReleaseReply::Absent, false)),
-        Value::Int(-1) => Ok((ReleaseReply::Foreign, false)),
-        Value::Int(11) => Ok((ReleaseReply::Deleted, true)),
-        Value::Int(10) => Ok((ReleaseReply::Absent, true)),
+        Value::Int(1 | 2) => Ok((ReleaseReply::Deleted, PlaceKept::No)),
+        Value::Int(0) => Ok((ReleaseReply::Absent, PlaceKept::No)),
+        Value::Int(-1) => Ok((ReleaseReply::Foreign, PlaceKept::No)),
+        Value::Int(11) => Ok((ReleaseReply::Deleted, PlaceKept::WithHandOver)),
+        Value::Int(10) => Ok((ReleaseReply::Absent, PlaceKept::WithHandOver)),
+        Value::Int(20) => Ok((ReleaseReply::Absent, PlaceKept::OutOfStep)),
+        Value::Int(19) => Ok((ReleaseReply::Foreign, PlaceKept::OutOfStep)),
         other => Err(unexpected("release", &other)),
     }
+}
+
+/// Whether a release queued the releaser's place for its next hold on a master.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlaceKept {
+    No,
+    /// Queued as the release handed the lock over there.
+    WithHandOver,
+    /// Queued where the release found the lock gone or another's: a master out of step with
+    /// the line, whose queue would otherwise lose a place with each such release.
+    OutOfStep,
 }
 
 pub(super) fn non_negative(n: i64) -> u64 {
@@ -130,5 +143,26 @@ mod tests {
         )]);
         assert_eq!(config_value(&resp3).as_deref(), Some("everysec"));
         assert_eq!(config_value(&Value::Nil), None);
+    }
+
+    #[test]
+    fn a_release_says_where_it_kept_the_releasers_place() {
+        let read = |n| release_reply(Value::Int(n)).ok();
+        assert_eq!(read(1), Some((ReleaseReply::Deleted, PlaceKept::No)));
+        assert_eq!(
+            read(11),
+            Some((ReleaseReply::Deleted, PlaceKept::WithHandOver))
+        );
+        assert_eq!(
+            read(10),
+            Some((ReleaseReply::Absent, PlaceKept::WithHandOver))
+        );
+        assert_eq!(read(20), Some((ReleaseReply::Absent, PlaceKept::OutOfStep)));
+        assert_eq!(
+            read(19),
+            Some((ReleaseReply::Foreign, PlaceKept::OutOfStep))
+        );
+        assert_eq!(read(-1), Some((ReleaseReply::Foreign, PlaceKept::No)));
+        assert!(read(21).is_none());
     }
 }

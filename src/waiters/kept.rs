@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::node::{Keys, Place, Terms};
+use crate::node::{Keys, Place, PlaceKept, Terms};
 
 /// How soon after releasing a lock a client must ask for it again to be taking it in a loop,
 /// and how long a place its release kept waits to be taken up before it is given up.
@@ -16,10 +16,12 @@ pub(crate) const LOOP_WINDOW: Duration = Duration::from_millis(20);
 /// [`LOOP_WINDOW`] matters).
 const RELEASES_REMEMBERED: usize = 1024;
 
-/// Where a kept place is, per master, as far as the release's answers tell.
+/// Where a kept place is, per master, as far as the release's answers tell (queued out of
+/// step: where the release handed nothing over, see `lua/release.lua`).
 const UNKNOWN: u8 = 0;
 const QUEUED: u8 = 1;
 const NOT_QUEUED: u8 = 2;
+const QUEUED_OUT_OF_STEP: u8 = 3;
 
 /// A place a release queued for its client's next acquire, with that acquire's terms.
 #[derive(Debug)]
@@ -44,14 +46,20 @@ impl KeptPlace {
         }
     }
 
-    /// Master `node` answered the release: whether it queued the place.
-    pub(crate) fn answered(&self, node: usize, queued: bool) {
+    /// Master `node` answered the release: whether, and how, it queued the place.
+    pub(crate) fn answered(&self, node: usize, kept: PlaceKept) {
         if let Some(on) = self.on.get(node) {
-            on.store(if queued { QUEUED } else { NOT_QUEUED }, Ordering::Relaxed);
+            let state = match kept {
+                PlaceKept::WithHandOver => QUEUED,
+                PlaceKept::OutOfStep => QUEUED_OUT_OF_STEP,
+                PlaceKept::No => NOT_QUEUED,
+            };
+            on.store(state, Ordering::Relaxed);
         }
     }
 
-    /// How many masters said they queued the place.
+    /// How many masters said they queued the place as they handed the lock over: the place
+    /// is worth waiting in only where the line goes on past this release on a quorum.
     pub(crate) fn queued_count(&self) -> usize {
         self.on
             .iter()
@@ -199,8 +207,12 @@ mod tests {
     #[test]
     fn a_place_is_where_the_answers_say_or_may_be_where_none_came() {
         let k = kept();
-        k.answered(0, true);
-        k.answered(1, false);
+        k.answered(0, PlaceKept::WithHandOver);
+        k.answered(1, PlaceKept::No);
+        assert_eq!(k.queued_count(), 1);
+        assert_eq!(k.may_be_on(), vec![true, false, true]);
+        // Kept out of step, the place is there to give up, but no hand-over counts for it.
+        k.answered(2, PlaceKept::OutOfStep);
         assert_eq!(k.queued_count(), 1);
         assert_eq!(k.may_be_on(), vec![true, false, true]);
     }
