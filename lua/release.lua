@@ -60,6 +60,7 @@
 -- just '<waiter id>', and the waiter tries at once.
 --
 -- queue_helpers comes from queue.lua, put in front of this script.
+
 -- Keeps the releaser's place (ARGV[5] to ARGV[10]) on a master where the release handed
 -- nothing over; not on one that grants nothing (no deployment marker, or quarantined), where
 -- acquire.lua queues nobody either. Whether it did.

@@ -232,8 +232,8 @@ async fn a_next_acquire_on_other_terms_does_not_take_the_kept_place() {
     released_leaving_no_place(lock, &conn).await;
 }
 
-/// A master out of step with the line (here: its lock and its whole line lost at once, as a
-/// flush would leave them) comes back into the hand-overs while holders keep taking the lock in
+/// A master out of step with the line (here: its lock and its line deleted behind the
+/// clients' backs) comes back into the hand-overs while holders keep taking the lock in
 /// a loop: their releases keep their places there too, and the first of them is handed the free
 /// lock there. Without that, no place is ever queued there again (each looping holder waits in
 /// the place its release kept on the other masters, and sends no attempt), and the line runs on

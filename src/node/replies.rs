@@ -90,7 +90,8 @@ pub(crate) fn is_durable(aof_enabled: Option<bool>, appendfsync: Option<&str>) -
 }
 
 /// A release's (or give-back's) answer: 1 deleted, 0 already gone, -1 held by another token;
-/// 10 more when the releaser's place was kept in line (the `bool`).
+/// 10 more when the releaser's place was kept in line as the lock was handed over, 20 more when
+/// it was kept where the lock was gone or another's (see [`PlaceKept`]).
 pub(super) fn release_reply(
     value: Value,
 ) -> std::result::Result<(ReleaseReply, PlaceKept), NodeFailureKind> {
