@@ -32,10 +32,11 @@
 -- runs on the other masters alone, with no master to spare (seen under contention on a
 -- multi-thread runtime, where two of five masters stopped handing over for good).
 -- So a looping holder keeps its place here too when the lock is gone or another's: the queue
--- has the same places, by the same priorities, as on the other masters, and a holder's release
--- hands the free lock here to the first of them (below), in step again within one round of the
--- line. Where the holder's release finds the lock its own and no one waiting, no place is kept:
--- that is a holder with no one behind it, and its next acquire must try, not wait.
+-- gets the places, by the same priorities, that the other masters have, and a holder's release
+-- hands the free lock here to the first of them (below), most often back in step with the line
+-- (not where an earlier hand-over here left this master's counter above the line's fencing
+-- tokens). Where the holder's release finds the lock its own and no one waiting, no place is
+-- kept: that is a holder with no one behind it, and its next acquire must try, not wait.
 --
 -- A lock gone here while its holder held it on a quorum (this master missed a hand-over, or
 -- the lock expired here) leaves this master out of every later hand-over: each release finds

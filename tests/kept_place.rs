@@ -232,14 +232,14 @@ async fn a_next_acquire_on_other_terms_does_not_take_the_kept_place() {
     released_leaving_no_place(lock, &conn).await;
 }
 
-/// A master out of step with the line (here: its lock and its line deleted behind the
-/// clients' backs) comes back into the hand-overs while holders keep taking the lock in
-/// a loop: their releases keep their places there too, and the first of them is handed the free
-/// lock there. Without that, no place is ever queued there again (each looping holder waits in
-/// the place its release kept on the other masters, and sends no attempt), and the line runs on
-/// four masters of five for good.
+/// A master whose line was lost (here: its lock and its line deleted behind the clients'
+/// backs) has a line again while holders keep taking the lock in a loop: their releases keep
+/// their places there too, where a holder's release can hand the free lock to the first of them.
+/// Without that, no place is ever queued there again (each looping holder waits in the place its
+/// release kept on the other masters, and sends no attempt), and no release hands that master's
+/// lock over for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_out_of_step_with_the_line_comes_back_into_the_hand_overs() {
+async fn a_master_that_lost_its_line_has_a_line_again() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -273,26 +273,18 @@ async fn a_master_out_of_step_with_the_line_comes_back_into_the_hand_overs() {
         .query_async(&mut last)
         .await
         .unwrap();
-    // In step again: the last master's lock has the holder that a quorum of the others has.
-    let in_step = common::eventually(Duration::from_secs(3), || async {
-        let mut holders = Vec::new();
-        for conn in &conns {
-            holders.push(master_view(conn).await.0);
-        }
-        let on_last = holders[4].clone();
-        on_last.is_some() && holders[..4].iter().filter(|h| **h == on_last).count() >= 2
+    // Places kept there again, by the releases that find the lock gone there.
+    let has_a_line = common::eventually(Duration::from_secs(3), || async {
+        !master_view(&conns[4]).await.1.is_empty()
     })
     .await;
-    let mut views = Vec::new();
-    for conn in &conns {
-        views.push(master_view(conn).await);
-    }
+    let view = master_view(&conns[4]).await;
     stop.store(true, Ordering::Relaxed);
     for held in loops {
         assert!(held.await.unwrap() > 0);
     }
     assert!(
-        in_step,
-        "the last master stayed out of the hand-overs: {views:?}"
+        has_a_line,
+        "no place was kept on the master that lost its line: {view:?}"
     );
 }
