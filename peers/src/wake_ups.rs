@@ -37,18 +37,32 @@ struct ThreadState {
     wake_ups: u64,
     /// Between `on_thread_park` and `on_thread_unpark`: wakes made now come from the driver.
     parked: bool,
-    /// The run and park in which the driver on this thread last woke a client's task, that
-    /// client, and whether it woke another client's in the same park.
-    woke: (usize, u64, usize, bool),
+    /// The last park in which the driver on this thread woke a client's task.
+    woke: DriverWoke,
     /// The run and wake-up after which this thread last ran a client's task.
     ran: (usize, u64),
+}
+
+/// A park in which the driver woke a client's task: of which run and after which wake-up of the
+/// thread, the first client it woke, and whether it woke another client's task too.
+#[derive(Clone, Copy)]
+struct DriverWoke {
+    run: usize,
+    park: u64,
+    first: usize,
+    another: bool,
 }
 
 impl ThreadState {
     const NEW: ThreadState = ThreadState {
         wake_ups: 0,
         parked: false,
-        woke: (0, 0, 0, false),
+        woke: DriverWoke {
+            run: 0,
+            park: 0,
+            first: 0,
+            another: false,
+        },
         ran: (0, 0),
     };
 }
@@ -207,12 +221,16 @@ impl Wake for Probe {
             if !t.parked {
                 return;
             }
-            let (woke_run, woke_park, first, two) = t.woke;
-            if (woke_run, woke_park) != (run, t.wake_ups) {
-                t.woke = (run, t.wake_ups, self.client, false);
+            if (t.woke.run, t.woke.park) != (run, t.wake_ups) {
+                t.woke = DriverWoke {
+                    run,
+                    park: t.wake_ups,
+                    first: self.client,
+                    another: false,
+                };
                 self.counts.driver_woke_any.fetch_add(1, Relaxed);
-            } else if !two && first != self.client {
-                t.woke.3 = true;
+            } else if !t.woke.another && t.woke.first != self.client {
+                t.woke.another = true;
                 self.counts.driver_woke_two.fetch_add(1, Relaxed);
             }
         });

@@ -1,10 +1,14 @@
-//! Medians over the repeats, the side-by-side table, and the ratios against the goals.
+//! Medians over the repeats, the side-by-side tables (`tables.rs`), and the ratios against the
+//! goals.
 
 use std::fmt::Write as _;
 
 use redquorum_testkit::CpuPer;
 
 use crate::scenarios::{Contended, Uncontended};
+
+mod tables;
+pub(crate) use tables::{cpu_table, runtime_table, table, wake_up_table};
 
 /// Every repeat of one contender in one variant.
 #[derive(Debug, Default)]
@@ -117,133 +121,6 @@ fn figure(value: Option<f64>, unit: &str) -> String {
 /// A count per critical section, to two decimals, or `-` where none was read.
 fn count(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
-}
-
-/// The table, one line per contender and variant.
-pub(crate) fn table(rows: &[&Row]) -> String {
-    let mut out = String::from(
-        "| client | variant | uncontended pairs/s | contended sections/s | acquire p50 | acquire p99 | per worker (median repeat) | mutual exclusion |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | --- | --- |\n",
-    );
-    for row in rows {
-        let per_worker = row.median_contended().map_or_else(
-            || "-".to_owned(),
-            |c| format!("{}..{}", c.per_worker.0, c.per_worker.1),
-        );
-        let exclusion = if row.contended.is_empty() {
-            "-"
-        } else if row.sound() {
-            "held"
-        } else {
-            "BROKEN or stuck"
-        };
-        let errors: u64 = row.uncontended.iter().map(|u| u.errors).sum::<u64>()
-            + row.contended.iter().map(|c| c.errors).sum::<u64>();
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {}{} |",
-            row.client,
-            row.variant,
-            figure(row.pairs_per_second(), ""),
-            figure(row.sections_per_second(), ""),
-            figure(row.contended_median(|c| c.acquire_p50_us), " µs"),
-            figure(row.contended_median(|c| c.acquire_p99_us), " µs"),
-            per_worker,
-            exclusion,
-            if errors > 0 {
-                format!(", {errors} errors")
-            } else {
-                String::new()
-            },
-        );
-    }
-    out
-}
-
-/// Where the CPU time goes, one line per contender and variant: on a machine whose few CPUs
-/// run the masters and the client together, the pairs and critical sections per second follow
-/// what each costs all of them.
-pub(crate) fn cpu_table(rows: &[&Row]) -> String {
-    let mut out = String::from(
-        "| client | variant | uncontended pairs/s | masters' CPU per pair | client's CPU per pair | both | contended sections/s | masters' CPU per section | client's CPU per section |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
-    );
-    for row in rows {
-        let masters = row.cpu_per_pair(|c| c.masters_us);
-        let client = row.cpu_per_pair(|c| c.process_us);
-        let both = row.cpu_per_pair(|c| c.masters_us + c.process_us);
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            row.client,
-            row.variant,
-            figure(row.pairs_per_second(), ""),
-            figure(masters, " µs"),
-            figure(client, " µs"),
-            figure(both, " µs"),
-            figure(row.sections_per_second(), ""),
-            figure(row.cpu_per_section(|c| c.masters_us), " µs"),
-            figure(row.cpu_per_section(|c| c.process_us), " µs"),
-        );
-    }
-    out
-}
-
-/// What the runtime's worker threads did per critical section, one line per contender and
-/// variant that ran the contended scenario: how often they parked (each time through the
-/// kernel, and often an idle CPU woken) and how long they ran tasks.
-pub(crate) fn runtime_table(rows: &[&Row]) -> String {
-    let mut out = String::from(
-        "| client | variant | worker threads | contended sections/s | worker parks per section | workers' busy time per section | client's CPU per section |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
-    );
-    for row in rows.iter().filter(|row| !row.contended.is_empty()) {
-        let workers = row
-            .contended
-            .iter()
-            .find_map(|c| c.runtime_per_section)
-            .map_or_else(|| "-".to_owned(), |r| r.workers.to_string());
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            row.client,
-            row.variant,
-            workers,
-            figure(row.sections_per_second(), ""),
-            count(row.per_section(|c| c.runtime_per_section, |r| r.parks)),
-            figure(
-                row.per_section(|c| c.runtime_per_section, |r| r.busy_us),
-                " µs"
-            ),
-            figure(row.cpu_per_section(|c| c.process_us), " µs"),
-        );
-    }
-    out
-}
-
-/// What the runtime threads' wake-ups brought the contended clients, per critical section (see
-/// `wake_ups.rs`), for each row that ran the contended scenario. A client whose tasks are woken
-/// by connection tasks of its own (redis-rs's multiplexed connections, which rslock uses) shows
-/// no parks that woke a client's task: the driver woke those connection tasks instead.
-pub(crate) fn wake_up_table(rows: &[&Row]) -> String {
-    let mut out = String::from(
-        "| client | variant | contended sections/s | thread wake-ups per section | wake-ups that ran no client's task | parks in which the driver woke one client's task | parks in which it woke two or more clients' tasks at once |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
-    );
-    for row in rows.iter().filter(|row| !row.contended.is_empty()) {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            row.client,
-            row.variant,
-            figure(row.sections_per_second(), ""),
-            count(row.per_section(|c| c.wake_ups_per_section, |w| w.wake_ups)),
-            count(row.per_section(|c| c.wake_ups_per_section, |w| w.ran_none)),
-            count(row.per_section(|c| c.wake_ups_per_section, |w| w.driver_woke_one)),
-            count(row.per_section(|c| c.wake_ups_per_section, |w| w.driver_woke_two)),
-        );
-    }
-    out
 }
 
 /// One ratio against its goal; false when it falls short or a figure is missing.
