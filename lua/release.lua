@@ -33,10 +33,9 @@
 -- multi-thread runtime, where two of five masters stopped handing over for good).
 -- So a looping holder keeps its place here too when the lock is gone or another's: the queue
 -- gets the places, by the same priorities, that the other masters have, and a holder's release
--- hands the free lock here to the first of them (below), most often back in step with the line
--- (not where an earlier hand-over here left this master's counter above the line's fencing
--- tokens). Where the holder's release finds the lock its own and no one waiting, no place is
--- kept: that is a holder with no one behind it, and its next acquire must try, not wait.
+-- hands the free lock here to the first of them (below), back in step with the line. Where the
+-- holder's release finds the lock its own and no one waiting, no place is kept: that is a
+-- holder with no one behind it, and its next acquire must try, not wait.
 --
 -- A lock gone here while its holder held it on a quorum (this master missed a hand-over, or
 -- the lock expired here) leaves this master out of every later hand-over: each release finds
@@ -51,9 +50,14 @@
 -- have: its TTL, a fencing token above this node's counter, which it raises, and a token made
 -- of the waiter id, '/' and the attempt's token (so that no cleanup of the attempt can touch
 -- it, and so that the waiter's next attempt can tell the lock is its own even if this
--- message is lost). The fencing token is
--- the larger of the attempt's proposal and the released lock's plus one, the same on every
--- node of this release, so that a quorum of them grants one value. The message then reads
+-- message is lost). The fencing token is one above the larger of the attempt's proposal and
+-- the released lock's, the same on every node of this release, so that a quorum of them
+-- grants one value. Above the proposal, not at it: a node that granted that very attempt,
+-- which fell short of a quorum and was given back with the waiter's place kept on its terms
+-- (give_back.lua), has its counter at the proposal, and a hand-over at it would fail there:
+-- the node would only wake the waiter, which takes the lock on the others; with the lock free
+-- here, the next waiter woken here has its attempt granted here and given back in turn, and
+-- this node stays out of the line for as long as the line runs. The message then reads
 -- '<waiter id> <token> <fence> <lock key>', and the waiter holds the lock once a quorum has
 -- said so (a client whose waiter is gone releases it: the key says which lock),
 -- counting its validity from the start of that attempt, which came before any of the grants.
@@ -96,7 +100,7 @@ if mine or (current == false and ARGV[4] == '1') then
     local channel = q.channel_of(ARGV[2], first)
     local node = redis.call('MGET', KEYS[4], KEYS[5], KEYS[6])
     local counter = tonumber(node[1] or '0')
-    local fence = math.max(tonumber(proposal or '0'), tonumber(ARGV[3]) + 1)
+    local fence = math.max(tonumber(proposal or '0') + 1, tonumber(ARGV[3]) + 1)
     -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
     if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991
         and node[2] and not node[3] then

@@ -237,7 +237,9 @@ async fn a_next_acquire_on_other_terms_does_not_take_the_kept_place() {
 /// their places there too, where a holder's release can hand the free lock to the first of them.
 /// Without that, no place is ever queued there again (each looping holder waits in the place its
 /// release kept on the other masters, and sends no attempt), and no release hands that master's
-/// lock over for good.
+/// lock over for good. And it is soon back in step: a waiter woken there while the lock is free
+/// there may have its attempt granted there and given back, and the next hand-over there must
+/// still go above that attempt's fencing token (`lua/release.lua`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_that_lost_its_line_has_a_line_again() {
     use std::sync::Arc;
@@ -279,6 +281,21 @@ async fn a_master_that_lost_its_line_has_a_line_again() {
     })
     .await;
     let view = master_view(&conns[4]).await;
+    // And that master is back in step: it holds the lock for the holder the others hold it for.
+    // (Read one master after another, so a hand-over between two readings can hide it once.)
+    let in_step = common::eventually(Duration::from_secs(3), || async {
+        let holder = master_view(&conns[0]).await.0;
+        let mut same = holder.is_some();
+        for conn in &conns[1..] {
+            same &= master_view(conn).await.0 == holder;
+        }
+        same
+    })
+    .await;
+    let mut views = Vec::new();
+    for conn in &conns {
+        views.push(master_view(conn).await);
+    }
     stop.store(true, Ordering::Relaxed);
     for held in loops {
         assert!(held.await.unwrap() > 0);
@@ -286,5 +303,9 @@ async fn a_master_that_lost_its_line_has_a_line_again() {
     assert!(
         has_a_line,
         "no place was kept on the master that lost its line: {view:?}"
+    );
+    assert!(
+        in_step,
+        "the master that lost its line is not back in step: {views:?}"
     );
 }

@@ -684,3 +684,77 @@ async fn a_holders_release_hands_over_where_the_lock_was_already_gone() {
     );
     handed.release().await.unwrap();
 }
+
+/// A master where the lock is gone while its holder holds it on a quorum grants a waiter's
+/// attempt, which the waiter gives back (it fell short of a quorum) keeping its place there on
+/// that attempt's terms: that master's fencing counter is now the attempt's proposal. A
+/// hand-over at the proposal would not be above that counter, so the master would only wake
+/// the waiter and drop out of the line; it hands the lock over one above the proposal, as
+/// every other master does, and the waiter holds it on all five.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_granted_a_waiters_attempt_hands_it_the_lock_too() {
+    const NAME: &str = "granted-here";
+    let nodes = common::nodes(5);
+    let holder = common::patient_client(&nodes);
+    let lock = hold(&holder, NAME, 30_000).await;
+    assert!(common::token_everywhere(&nodes, NAME, lock.token()).await);
+    for i in [0, 4] {
+        let _: () = redis::cmd("DEL")
+            .arg(format!("redquorum:lock:{NAME}"))
+            .query_async(&mut common::raw(&nodes, i).await)
+            .await
+            .unwrap();
+    }
+    let task = waiter(common::patient_client(&nodes), NAME, NEVER);
+    // Granted on masters 0 and 4, refused on the others, and given back: one place, on the
+    // same terms, on every master, and the counters of masters 0 and 4 at its proposal.
+    let counter = |i: usize| {
+        let nodes = &nodes;
+        async move {
+            let counter: u64 = redis::AsyncCommands::get(
+                &mut common::raw(nodes, i).await,
+                format!("redquorum:fence:{NAME}"),
+            )
+            .await
+            .unwrap();
+            counter
+        }
+    };
+    assert!(
+        common::eventually(Duration::from_secs(2), || async {
+            let first = places(&nodes, 0, NAME).await;
+            let mut agreed = first.len() == 1;
+            for i in 1..5 {
+                agreed &= places(&nodes, i, NAME).await == first;
+            }
+            agreed
+                && common::stored_token(&nodes, 0, NAME).await.is_none()
+                && common::stored_token(&nodes, 4, NAME).await.is_none()
+        })
+        .await,
+        "the waiter's attempt was not given back keeping its place"
+    );
+    let proposal: u64 = places(&nodes, 0, NAME).await[0]
+        .1
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(counter(0).await, proposal);
+    assert_eq!(counter(4).await, proposal);
+    lock.release().await.unwrap();
+    let handed = got(task, "the waiter never got the lock").await;
+    assert!(handed.token().contains('/'), "{}", handed.token());
+    assert!(
+        common::token_everywhere(&nodes, NAME, handed.token()).await,
+        "a master that granted the waiter's attempt was left out of the hand-over"
+    );
+    // Above every fencing token granted so far: masters 0 and 4 granted the proposal.
+    assert!(
+        handed.fence() > proposal,
+        "{} after {proposal}",
+        handed.fence()
+    );
+    handed.release().await.unwrap();
+}
