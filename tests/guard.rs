@@ -119,6 +119,8 @@ async fn a_minority_down_does_not_stop_renewals() {
 async fn dropping_a_guard_releases_the_lock() {
     let nodes = common::nodes(3);
     let client = common::patient_client(&nodes);
+    // Every master marked first, so that the lock is on each of them (see `warm`).
+    common::kinds::warm(&client).await;
     let guard = client
         .acquire_guard("dropped", &common::opts(60_000), RenewOptions::default())
         .await

@@ -49,6 +49,9 @@ fn expect_invalid(result: Result<impl std::fmt::Debug, Error>, field: &str) {
 async fn invalid_inputs_touch_no_node() {
     for n in [3, 5] {
         let nodes = common::nodes(n);
+        // The masters marked as one deployment first (by another client), so that the valid
+        // lock below is on each of them (see `warm`).
+        common::kinds::mark(&nodes).await;
         let mut conns = Vec::new();
         for i in 0..n {
             conns.push(common::raw(&nodes, i).await);

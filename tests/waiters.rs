@@ -83,6 +83,8 @@ async fn a_waiter_is_woken_by_the_release() {
 async fn without_messages_waiters_still_acquire_by_polling() {
     let mut nodes = common::nodes(5);
     let holder = common::client(&nodes);
+    // Every master marked first, so that the lock is on each of them (see `warm`).
+    common::kinds::warm(&holder).await;
     let waiting = common::client(&nodes);
     let lock = hold(&holder, "quiet", 30_000).await;
     assert!(common::token_everywhere(&nodes, "quiet", lock.token()).await);
@@ -653,6 +655,8 @@ async fn a_waiter_short_of_a_quorum_stays_in_line_on_the_nodes_that_granted() {
 async fn a_holders_release_hands_over_where_the_lock_was_already_gone() {
     let nodes = common::nodes(5);
     let holder = common::patient_client(&nodes);
+    // Every master marked first, so that the lock is on each of them (see `warm`).
+    common::kinds::warm(&holder).await;
     let lock = hold(&holder, "gone-on-one", 30_000).await;
     assert!(common::token_everywhere(&nodes, "gone-on-one", lock.token()).await);
     // The waiter polls only every 10 s: after its first attempt, refused everywhere, it waits
@@ -696,6 +700,8 @@ async fn a_master_that_granted_a_waiters_attempt_hands_it_the_lock_too() {
     const NAME: &str = "granted-here";
     let nodes = common::nodes(5);
     let holder = common::patient_client(&nodes);
+    // Every master marked first, so that the lock is on each of them (see `warm`).
+    common::kinds::warm(&holder).await;
     let lock = hold(&holder, NAME, 30_000).await;
     assert!(common::token_everywhere(&nodes, NAME, lock.token()).await);
     for i in [0, 4] {
