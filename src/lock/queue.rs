@@ -274,6 +274,10 @@ pub(super) fn keep_place_for_next_hold(
         Terms {
             token: token.into(),
             ttl: next.ttl,
+            // One above this lock, though a hand-over goes one above the proposal anyway
+            // (`lua/release.lua`): a release that does not know the lock it releases (by
+            // token alone) hands over one above the proposal only, and must still go above
+            // the hold after this one, which may have this lock's fence plus one.
             proposal: fence.saturating_add(1).min(MAX_FENCE),
         },
         cluster.nodes.len(),
