@@ -95,10 +95,7 @@ async fn without_messages_waiters_still_acquire_by_polling() {
     // were lost): the keys are deleted behind redquorum's back.
     nodes.kill(4).unwrap();
     for i in 0..4 {
-        let _: () =
-            redis::AsyncCommands::del(&mut common::raw(&nodes, i).await, "redquorum:lock:quiet")
-                .await
-                .unwrap();
+        common::delete_lock(&nodes, i, "quiet").await;
     }
     let gone = Instant::now();
     task.await.unwrap().unwrap().release().await.unwrap();
@@ -464,12 +461,7 @@ async fn a_release_hands_the_lock_straight_to_the_first_waiter() {
     // Every node that holds it raised its fencing counter to the handed-over fence.
     for i in 0..5 {
         if common::stored_token(&nodes, i, "straight").await.as_deref() == Some(handed.token()) {
-            let counter: u64 = redis::AsyncCommands::get(
-                &mut common::raw(&nodes, i).await,
-                "redquorum:fence:straight",
-            )
-            .await
-            .unwrap();
+            let counter = common::fence_counter(&nodes, i, "straight").await;
             assert_eq!(counter, handed.fence(), "node {i}");
         }
     }
@@ -674,11 +666,7 @@ async fn a_holders_release_hands_over_where_the_lock_was_already_gone() {
         "the waiter queued on every master"
     );
     // Then master 4 loses the lock.
-    let _: () = redis::cmd("DEL")
-        .arg("redquorum:lock:gone-on-one")
-        .query_async(&mut common::raw(&nodes, 4).await)
-        .await
-        .unwrap();
+    common::delete_lock(&nodes, 4, "gone-on-one").await;
     lock.release().await.unwrap();
     let handed = got(task, "the waiter never got the lock").await;
     assert!(handed.token().contains('/'), "{}", handed.token());
@@ -705,27 +693,11 @@ async fn a_master_that_granted_a_waiters_attempt_hands_it_the_lock_too() {
     let lock = hold(&holder, NAME, 30_000).await;
     assert!(common::token_everywhere(&nodes, NAME, lock.token()).await);
     for i in [0, 4] {
-        let _: () = redis::cmd("DEL")
-            .arg(format!("redquorum:lock:{NAME}"))
-            .query_async(&mut common::raw(&nodes, i).await)
-            .await
-            .unwrap();
+        common::delete_lock(&nodes, i, NAME).await;
     }
     let task = waiter(common::patient_client(&nodes), NAME, NEVER);
     // Granted on masters 0 and 4, refused on the others, and given back: one place, on the
     // same terms, on every master, and the counters of masters 0 and 4 at its proposal.
-    let counter = |i: usize| {
-        let nodes = &nodes;
-        async move {
-            let counter: u64 = redis::AsyncCommands::get(
-                &mut common::raw(nodes, i).await,
-                format!("redquorum:fence:{NAME}"),
-            )
-            .await
-            .unwrap();
-            counter
-        }
-    };
     assert!(
         common::eventually(Duration::from_secs(2), || async {
             let first = places(&nodes, 0, NAME).await;
@@ -747,8 +719,8 @@ async fn a_master_that_granted_a_waiters_attempt_hands_it_the_lock_too() {
         .unwrap()
         .parse()
         .unwrap();
-    assert_eq!(counter(0).await, proposal);
-    assert_eq!(counter(4).await, proposal);
+    assert_eq!(common::fence_counter(&nodes, 0, NAME).await, proposal);
+    assert_eq!(common::fence_counter(&nodes, 4, NAME).await, proposal);
     lock.release().await.unwrap();
     let handed = got(task, "the waiter never got the lock").await;
     assert!(handed.token().contains('/'), "{}", handed.token());

@@ -52,6 +52,25 @@ pub async fn stored_token(nodes: &LocalNodes, i: usize, name: &str) -> Option<St
         .expect("GET")
 }
 
+/// The fencing counter of `name` on node `i` (0 when it has none yet).
+pub async fn fence_counter(nodes: &LocalNodes, i: usize, name: &str) -> u64 {
+    let counter: Option<u64> = raw(nodes, i)
+        .await
+        .get(format!("redquorum:fence:{name}"))
+        .await
+        .expect("GET");
+    counter.unwrap_or(0)
+}
+
+/// Deletes the lock key `name` on node `i` behind the client's back (a lost or expired lock).
+pub async fn delete_lock(nodes: &LocalNodes, i: usize, name: &str) {
+    let _: () = raw(nodes, i)
+        .await
+        .del(format!("redquorum:lock:{name}"))
+        .await
+        .expect("DEL");
+}
+
 /// The remaining TTL of the lock key on node `i` in ms (-2 when absent).
 pub async fn pttl(nodes: &LocalNodes, i: usize, name: &str) -> i64 {
     raw(nodes, i)
