@@ -191,12 +191,7 @@ async fn stale_proposals_are_raised_within_one_attempt() {
         common::eventually(Duration::from_secs(2), || async {
             let mut n = 0;
             for i in 0..3 {
-                let c: Option<u64> = common::raw(&nodes, i)
-                    .await
-                    .get("redquorum:fence:seeded")
-                    .await
-                    .unwrap();
-                if c == Some(lock.fence()) {
+                if common::fence_counter(&nodes, i, "seeded").await == lock.fence() {
                     n += 1;
                 }
             }
@@ -372,12 +367,8 @@ async fn aof_always_nodes_keep_counters_and_are_not_quarantined() {
         nodes.restart(i).unwrap();
     }
     for i in 0..3 {
-        let counter: Option<u64> = common::raw(&nodes, i)
-            .await
-            .get("redquorum:fence:durable")
-            .await
-            .unwrap();
-        assert_eq!(counter, Some(first), "node {i} kept its counter");
+        let counter = common::fence_counter(&nodes, i, "durable").await;
+        assert_eq!(counter, first, "node {i} kept its counter");
     }
     assert!(
         common::token_everywhere(&nodes, "held-across", held.token()).await,

@@ -123,12 +123,7 @@ async fn extend_of_a_lock_gone_from_the_nodes_is_lost_and_recreates_nothing() {
     assert!(common::token_everywhere(&nodes, "vanishing", lock.token()).await);
     // The keys vanish on two nodes (a restart without persistence would do this).
     for i in 0..2 {
-        let _: () = redis::AsyncCommands::del(
-            &mut common::raw(&nodes, i).await,
-            "redquorum:lock:vanishing",
-        )
-        .await
-        .unwrap();
+        common::delete_lock(&nodes, i, "vanishing").await;
     }
     assert!(lock.is_valid(), "the client cannot know yet");
     let err = lock.extend(Duration::from_secs(10)).await.unwrap_err();

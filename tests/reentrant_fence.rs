@@ -131,11 +131,7 @@ async fn a_fresh_lock_granted_over_two_rounds_gets_one_fence_a_quorum_records() 
     let counters = || async {
         let mut counters = Vec::new();
         for i in 0..5 {
-            let mut conn = common::raw(&nodes, i).await;
-            let c: Option<u64> = redis::AsyncCommands::get(&mut conn, "redquorum:fence:rounds")
-                .await
-                .unwrap();
-            counters.push(c.unwrap_or(0));
+            counters.push(common::fence_counter(&nodes, i, "rounds").await);
         }
         counters
     };

@@ -60,10 +60,7 @@ async fn no_second_holder_after_a_restart(
     assert!(common::token_everywhere(&nodes, "precious", lock.token()).await);
     // C loses the key (as if the grant had never reached it), so that A and C would make a
     // quorum for a rival once A forgets it.
-    let _: () =
-        redis::AsyncCommands::del(&mut common::raw(&nodes, 2).await, "redquorum:lock:precious")
-            .await
-            .unwrap();
+    common::delete_lock(&nodes, 2, "precious").await;
     nodes.restart(0).unwrap();
     // Let the rival's connections notice the restart and reconnect on their own, if they do.
     tokio::time::sleep(Duration::from_millis(200)).await;
