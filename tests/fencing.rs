@@ -165,11 +165,7 @@ async fn stale_proposals_are_raised_within_one_attempt() {
     // quorum as stale.
     let seeded: u64 = 8_000_000_000_000_000;
     for i in 0..2 {
-        let _: () = common::raw(&nodes, i)
-            .await
-            .set("redquorum:fence:seeded", seeded)
-            .await
-            .unwrap();
+        common::set_fence_counter(&nodes, i, "seeded", seeded).await;
     }
     // One attempt (no wait, so no retry): the re-proposal happens inside it.
     let lock = client

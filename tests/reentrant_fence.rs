@@ -111,13 +111,7 @@ async fn a_fresh_lock_granted_over_two_rounds_gets_one_fence_a_quorum_records() 
     // only, and the higher one finds the owner's lock there, with the first proposal.
     let seeded: u64 = 8_000_000_000_000_000;
     for i in 2..5 {
-        let _: () = redis::AsyncCommands::set(
-            &mut common::raw(&nodes, i).await,
-            "redquorum:fence:rounds",
-            seeded,
-        )
-        .await
-        .unwrap();
+        common::set_fence_counter(&nodes, i, "rounds", seeded).await;
     }
     let client = common::patient_client(&nodes);
     common::kinds::warm(&client).await;

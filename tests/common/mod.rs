@@ -62,6 +62,16 @@ pub async fn fence_counter(nodes: &LocalNodes, i: usize, name: &str) -> u64 {
     counter.unwrap_or(0)
 }
 
+/// Sets the fencing counter of `name` on node `i` behind the client's back (a master whose
+/// counter is ahead of the others').
+pub async fn set_fence_counter(nodes: &LocalNodes, i: usize, name: &str, counter: u64) {
+    let _: () = raw(nodes, i)
+        .await
+        .set(format!("redquorum:fence:{name}"), counter)
+        .await
+        .expect("SET");
+}
+
 /// Deletes the lock key `name` on node `i` behind the client's back (a lost or expired lock).
 pub async fn delete_lock(nodes: &LocalNodes, i: usize, name: &str) {
     let _: () = raw(nodes, i)
