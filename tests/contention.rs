@@ -120,7 +120,7 @@ async fn no_released_lock_comes_back_under_contention() {
     while started.elapsed() < run_for {
         for (i, conn) in conns.iter_mut().enumerate() {
             let token: Option<String> = redis::cmd("GET")
-                .arg("redquorum:lock:come-back")
+                .arg(common::lock_key("come-back"))
                 .query_async(conn)
                 .await
                 .unwrap();

@@ -80,7 +80,7 @@ async fn looping_holder(nodes: &LocalNodes, a: &Client, next_hold: Duration) -> 
 async fn master_view(conn: &redis::aio::MultiplexedConnection) -> (Option<String>, Vec<String>) {
     let mut c = conn.clone();
     let holder: Option<String> = redis::cmd("GET")
-        .arg(format!("redquorum:lock:{NAME}"))
+        .arg(common::lock_key(NAME))
         .query_async(&mut c)
         .await
         .unwrap();
@@ -268,7 +268,7 @@ async fn a_master_that_lost_its_line_has_a_line_again() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut last = conns[4].clone();
     let _: () = redis::cmd("DEL")
-        .arg(format!("redquorum:lock:{NAME}"))
+        .arg(common::lock_key(NAME))
         .arg(format!("redquorum:queue:{NAME}"))
         .arg(format!("redquorum:queue-terms:{NAME}"))
         .arg(format!("redquorum:queue-live:{NAME}"))

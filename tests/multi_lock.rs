@@ -238,7 +238,7 @@ async fn a_master_restarted_empty_is_quarantined_under_a_multi_lock() {
     for i in [3, 4] {
         let mut raw = common::raw(&nodes, i).await;
         let _: () =
-            redis::AsyncCommands::del(&mut raw, &["redquorum:lock:q1", "redquorum:lock:q2"])
+            redis::AsyncCommands::del(&mut raw, &[common::lock_key("q1"), common::lock_key("q2")])
                 .await
                 .unwrap();
     }

@@ -101,13 +101,13 @@ async fn a_late_hand_over_to_a_released_lock_is_given_back() {
     let (token, fence) = (handed.token().to_owned(), handed.fence());
     let (waiter_id, _) = token.split_once('/').expect("a handed-over token");
     let (client_id, _) = waiter_id.split_once('.').expect("<client id>.<n>");
-    let key = "redquorum:lock:late";
+    let key = common::lock_key("late");
     let mut c = common::raw(&nodes, 2).await;
     // Whatever C got from the release (the hand-over, or one on another attempt's terms that
     // the waiter gave back) has landed by now.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let _: () = redis::cmd("DEL")
-        .arg(key)
+        .arg(&key)
         .query_async(&mut c)
         .await
         .unwrap();
@@ -124,7 +124,7 @@ async fn a_late_hand_over_to_a_released_lock_is_given_back() {
 
     // C runs the hand-over now, late.
     let _: () = redis::cmd("SET")
-        .arg(key)
+        .arg(&key)
         .arg(&token)
         .arg("PX")
         .arg(30_000)

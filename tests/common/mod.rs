@@ -43,22 +43,24 @@ pub async fn raw(nodes: &LocalNodes, i: usize) -> redis::aio::MultiplexedConnect
         .expect("raw connection")
 }
 
+/// The key a mutex `name` is held under on a master, as the library writes it.
+pub fn lock_key(name: &str) -> String {
+    format!("redquorum:lock:{name}")
+}
+
+/// The key of `name`'s fencing counter on a master, as the library writes it.
+pub fn fence_key(name: &str) -> String {
+    format!("redquorum:fence:{name}")
+}
+
 /// The value of the lock key `name` on node `i` (the holder's token), if any.
 pub async fn stored_token(nodes: &LocalNodes, i: usize, name: &str) -> Option<String> {
-    raw(nodes, i)
-        .await
-        .get(format!("redquorum:lock:{name}"))
-        .await
-        .expect("GET")
+    raw(nodes, i).await.get(lock_key(name)).await.expect("GET")
 }
 
 /// The fencing counter of `name` on node `i` (0 when it has none yet).
 pub async fn fence_counter(nodes: &LocalNodes, i: usize, name: &str) -> u64 {
-    let counter: Option<u64> = raw(nodes, i)
-        .await
-        .get(format!("redquorum:fence:{name}"))
-        .await
-        .expect("GET");
+    let counter: Option<u64> = raw(nodes, i).await.get(fence_key(name)).await.expect("GET");
     counter.unwrap_or(0)
 }
 
@@ -67,25 +69,21 @@ pub async fn fence_counter(nodes: &LocalNodes, i: usize, name: &str) -> u64 {
 pub async fn set_fence_counter(nodes: &LocalNodes, i: usize, name: &str, counter: u64) {
     let _: () = raw(nodes, i)
         .await
-        .set(format!("redquorum:fence:{name}"), counter)
+        .set(fence_key(name), counter)
         .await
         .expect("SET");
 }
 
 /// Deletes the lock key `name` on node `i` behind the client's back (a lost or expired lock).
 pub async fn delete_lock(nodes: &LocalNodes, i: usize, name: &str) {
-    let _: () = raw(nodes, i)
-        .await
-        .del(format!("redquorum:lock:{name}"))
-        .await
-        .expect("DEL");
+    let _: () = raw(nodes, i).await.del(lock_key(name)).await.expect("DEL");
 }
 
 /// The remaining TTL of the lock key on node `i` in ms (-2 when absent).
 pub async fn pttl(nodes: &LocalNodes, i: usize, name: &str) -> i64 {
     raw(nodes, i)
         .await
-        .pttl(format!("redquorum:lock:{name}"))
+        .pttl(lock_key(name))
         .await
         .expect("PTTL")
 }
