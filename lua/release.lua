@@ -68,12 +68,13 @@
 
 -- Keeps the releaser's place (ARGV[5] to ARGV[10]) on a master where the release handed
 -- nothing over; not on one that grants nothing (no deployment marker, or quarantined), where
--- acquire.lua queues nobody either. Whether it did.
-local function keep_place_out_of_step(q)
+-- acquire.lua queues nobody either. `deployment` is the marker and quarantine when already
+-- read, nil otherwise. Whether it did.
+local function keep_place_out_of_step(q, deployment)
   if not ARGV[5] or ARGV[5] == '' then
     return false
   end
-  local node = redis.call('MGET', KEYS[5], KEYS[6])
+  local node = deployment or redis.call('MGET', KEYS[5], KEYS[6])
   if not node[1] or node[2] then
     return false
   end
@@ -90,7 +91,7 @@ local current = read[1]
 local mine = current == ARGV[1]
 if mine or (current == false and ARGV[4] == '1') then
   local released = mine and 1 or 0
-  local q, first, terms = nil, nil, nil
+  local q, first, terms, deployment = nil, nil, nil, nil
   if ARGV[2] ~= '' and read[2] then
     q = queue_helpers()
     first, terms = q.first_waiter(KEYS[2], KEYS[3])
@@ -99,6 +100,7 @@ if mine or (current == false and ARGV[4] == '1') then
     local _, token, ttl, proposal = string.match(terms, '^(%d+) (%S+) (%d+) (%d+)$')
     local channel = q.channel_of(ARGV[2], first)
     local node = redis.call('MGET', KEYS[4], KEYS[5], KEYS[6])
+    deployment = { node[2], node[3] }
     local counter = tonumber(node[1] or '0')
     local fence = math.max(tonumber(proposal or '0') + 1, tonumber(ARGV[3]) + 1)
     -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
@@ -125,9 +127,9 @@ if mine or (current == false and ARGV[4] == '1') then
     redis.call('DEL', KEYS[1])
     return released
   end
-  return keep_place_out_of_step(q) and 20 or 0
+  return keep_place_out_of_step(q, deployment) and 20 or 0
 end
 if current == false then
   return 0
 end
-return keep_place_out_of_step(nil) and 19 or -1
+return keep_place_out_of_step(nil, nil) and 19 or -1
