@@ -21,7 +21,7 @@ fn waiting(ttl_ms: u64) -> LockOptions {
 async fn queued(conn: &redis::aio::MultiplexedConnection) -> Vec<String> {
     let mut conn = conn.clone();
     redis::cmd("ZRANGE")
-        .arg(format!("redquorum:queue:{NAME}"))
+        .arg(common::queue_key(NAME))
         .arg(0)
         .arg(-1)
         .query_async(&mut conn)
@@ -269,9 +269,9 @@ async fn a_master_that_lost_its_line_has_a_line_again() {
     let mut last = conns[4].clone();
     let _: () = redis::cmd("DEL")
         .arg(common::lock_key(NAME))
-        .arg(format!("redquorum:queue:{NAME}"))
-        .arg(format!("redquorum:queue-terms:{NAME}"))
-        .arg(format!("redquorum:queue-live:{NAME}"))
+        .arg(common::queue_key(NAME))
+        .arg(common::queue_terms_key(NAME))
+        .arg(common::queue_live_key(NAME))
         .query_async(&mut last)
         .await
         .unwrap();

@@ -231,8 +231,8 @@ fn stalled_in_the_answers(e: &redquorum::Error) -> bool {
 async fn queue_exists(nodes: &redquorum_testkit::LocalNodes, i: usize, name: &str) -> bool {
     let mut conn = common::raw(nodes, i).await;
     let n: i64 = redis::cmd("EXISTS")
-        .arg(format!("redquorum:queue:{name}"))
-        .arg(format!("redquorum:queue-terms:{name}"))
+        .arg(common::queue_key(name))
+        .arg(common::queue_terms_key(name))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -271,9 +271,9 @@ async fn a_waiters_place_is_marked_live_for_at_least_as_long_as_it_lasts() {
         let ((secs, micros), live_pttl, places): ((u64, u64), i64, Vec<String>) = redis::pipe()
             .cmd("TIME")
             .cmd("PTTL")
-            .arg("redquorum:queue-live:marked")
+            .arg(common::queue_live_key("marked"))
             .cmd("HVALS")
-            .arg("redquorum:queue-terms:marked")
+            .arg(common::queue_terms_key("marked"))
             .query_async(&mut conn)
             .await
             .unwrap();
@@ -355,17 +355,17 @@ async fn a_place_left_by_a_dead_waiter_lapses() {
         let lapses = secs * 1000 + micros / 1000 + 800;
         let _: () = redis::pipe()
             .cmd("ZADD")
-            .arg("redquorum:queue:lapsing")
+            .arg(common::queue_key("lapsing"))
             .arg(0)
             .arg("0123456789abcdef.0")
             .ignore()
             .cmd("HSET")
-            .arg("redquorum:queue-terms:lapsing")
+            .arg(common::queue_terms_key("lapsing"))
             .arg("0123456789abcdef.0")
             .arg(lapses)
             .ignore()
             .cmd("SET")
-            .arg("redquorum:queue-live:lapsing")
+            .arg(common::queue_live_key("lapsing"))
             .arg(1)
             .arg("PX")
             .arg(1_600)
@@ -568,7 +568,7 @@ async fn places(
 ) -> Vec<(String, String)> {
     let mut conn = common::raw(nodes, i).await;
     let waiters: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("redquorum:queue:{name}"))
+        .arg(common::queue_key(name))
         .arg(0)
         .arg(-1)
         .query_async(&mut conn)
@@ -577,7 +577,7 @@ async fn places(
     let mut out = Vec::new();
     for w in waiters {
         let terms: String = redis::cmd("HGET")
-            .arg(format!("redquorum:queue-terms:{name}"))
+            .arg(common::queue_terms_key(name))
             .arg(&w)
             .query_async(&mut conn)
             .await

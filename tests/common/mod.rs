@@ -53,6 +53,21 @@ pub fn fence_key(name: &str) -> String {
     format!("redquorum:fence:{name}")
 }
 
+/// The key of a mutex `name`'s queue of waiters (a sorted set of waiter ids) on a master.
+pub fn queue_key(name: &str) -> String {
+    format!("redquorum:queue:{name}")
+}
+
+/// The key of the terms of each place in `name`'s queue (a hash by waiter id) on a master.
+pub fn queue_terms_key(name: &str) -> String {
+    format!("redquorum:queue-terms:{name}")
+}
+
+/// The key of `name`'s queue's live mark on a master (present while a place may be live).
+pub fn queue_live_key(name: &str) -> String {
+    format!("redquorum:queue-live:{name}")
+}
+
 /// The value of the lock key `name` on node `i` (the holder's token), if any.
 pub async fn stored_token(nodes: &LocalNodes, i: usize, name: &str) -> Option<String> {
     raw(nodes, i).await.get(lock_key(name)).await.expect("GET")
