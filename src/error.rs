@@ -139,11 +139,12 @@ pub enum Error {
     /// Another holder has the lock, or earlier waiters go first, on enough nodes that no
     /// quorum could be had.
     #[error(
-        "lock {name:?} is held by someone else on {} of {total} nodes ({}){}{}; wait for it or retry later",
+        "lock {name:?} is held by someone else on {} of {total} nodes ({}){}{}{}; wait for it or retry later",
         holders.len(),
         holders.join(", "),
         reserved_suffix(reserved),
-        failures_suffix(failures)
+        failures_suffix(failures),
+        unheard_suffix(*unheard)
     )]
     Contended {
         /// The lock's name.
@@ -155,6 +156,9 @@ pub enum Error {
         reserved: Vec<String>,
         /// Nodes that failed in the same attempt.
         failures: Vec<NodeFailure>,
+        /// How many nodes' answers the attempt was refused without: those in already left no
+        /// quorum to be had, so the lock may be held on more nodes than `holders` lists.
+        unheard: usize,
         /// How many nodes the client has.
         total: usize,
     },
@@ -292,6 +296,13 @@ fn reserved_suffix(reserved: &[String]) -> String {
             reserved.len(),
             reserved.join(", ")
         )
+    }
+}
+
+fn unheard_suffix(unheard: usize) -> String {
+    match unheard {
+        0 => String::new(),
+        n => format!(", and {n} not waited for (the answers in already settle it)"),
     }
 }
 

@@ -50,8 +50,21 @@ async fn a_foreign_token_can_neither_extend_nor_release() {
             .unwrap_err();
         match err {
             // The attempt stops as soon as enough refusals rule a quorum out.
-            Error::Contended { holders, .. } => {
-                assert_eq!(holders.len(), n - (n / 2 + 1) + 1, "{holders:?}")
+            Error::Contended {
+                ref holders,
+                unheard,
+                total,
+                ..
+            } => {
+                assert_eq!(holders.len(), n - (n / 2 + 1) + 1, "{holders:?}");
+                // The nodes not waited for are counted, and the message says so rather than
+                // leaving the lock looking held on fewer nodes than it is.
+                assert_eq!(holders.len() + unheard, total, "{err}");
+                assert!(
+                    err.to_string()
+                        .contains(&format!("and {unheard} not waited for")),
+                    "{err}"
+                );
             }
             other => panic!("expected Contended, got {other}"),
         }

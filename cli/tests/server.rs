@@ -200,6 +200,12 @@ async fn contention_wrong_tokens_and_waits_over_a_socket() {
     assert_eq!(body["error"], "contended");
     assert!(body["holders"].as_u64().unwrap() >= 2);
     assert_eq!(body["reserved"], 0, "{body}");
+    // Held on all three masters: those not waited for make up the rest.
+    assert_eq!(
+        body["holders"].as_u64().unwrap() + body["unheard"].as_u64().unwrap(),
+        3,
+        "{body}"
+    );
     let started = Instant::now();
     let r = http
         .post(url("/v1/locks/shared"))

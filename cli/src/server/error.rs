@@ -66,11 +66,13 @@ impl From<Error> for ApiError {
             Error::Contended {
                 holders,
                 reserved,
+                unheard,
                 total,
                 ..
             } => ApiError::new(StatusCode::CONFLICT, "contended", message)
                 .with("holders", json!(holders.len()))
                 .with("reserved", json!(reserved.len()))
+                .with("unheard", json!(unheard))
                 .with("nodes", json!(total)),
             Error::NotHeld { .. } => ApiError::new(StatusCode::CONFLICT, "not_held", message),
             Error::LockLost { .. } => ApiError::new(StatusCode::CONFLICT, "lock_lost", message),
