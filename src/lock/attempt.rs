@@ -224,7 +224,7 @@ pub(super) async fn attempt(
                 holders,
                 reserved,
                 failures,
-                unheard: answers.iter().filter(|a| a.is_none()).count(),
+                unheard: tally.pending(),
                 total: nodes.len(),
             }
         };
