@@ -124,11 +124,14 @@ impl fmt::Display for NodeFailure {
 }
 
 /// Everything that can go wrong in redquorum.
+///
+/// Variants and their fields may be added: match with a wildcard arm and `..` in each pattern.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// An argument was rejected before any node was contacted.
     #[error("invalid {field}: {reason}")]
+    #[non_exhaustive]
     InvalidArgument {
         /// Which argument: `name`, `ttl`, `wait`, `node`, `token`...
         field: &'static str,
@@ -146,6 +149,7 @@ pub enum Error {
         failures_suffix(failures),
         unheard_suffix(*unheard)
     )]
+    #[non_exhaustive]
     Contended {
         /// The lock's name.
         name: String,
@@ -169,6 +173,7 @@ pub enum Error {
         failures.len(),
         join_failures(failures)
     )]
+    #[non_exhaustive]
     QuorumUnavailable {
         /// What was being done.
         operation: Operation,
@@ -192,6 +197,7 @@ pub enum Error {
         join_failures(failures),
         humantime::format_duration(Duration::from_millis(u64::try_from(valid_for.as_millis()).unwrap_or(u64::MAX)))
     )]
+    #[non_exhaustive]
     ExtendUncertain {
         /// The lock's name.
         name: String,
@@ -212,6 +218,7 @@ pub enum Error {
         "{operation} of {name:?} timed out after {}: {detail}",
         humantime::format_duration(*elapsed)
     )]
+    #[non_exhaustive]
     Timeout {
         /// What was being done.
         operation: Operation,
@@ -227,6 +234,7 @@ pub enum Error {
     #[error(
         "lock {name:?} was lost: it expired or is no longer held on a quorum; stop the work it protects"
     )]
+    #[non_exhaustive]
     LockLost {
         /// The lock's name.
         name: String,
@@ -234,6 +242,7 @@ pub enum Error {
 
     /// The token given does not hold the lock on any node; nothing was changed.
     #[error("lock {name:?} is not held with this token; nothing was changed")]
+    #[non_exhaustive]
     NotHeld {
         /// The lock's name.
         name: String,
@@ -246,6 +255,7 @@ pub enum Error {
     /// The fencing counters on the nodes have reached their limit, 2^53 − 1 (Lua numbers on
     /// the nodes are doubles): no larger fencing token can be granted for this name.
     #[error("lock {name:?}: the fencing counters on the nodes have reached the limit of 2^53 - 1")]
+    #[non_exhaustive]
     FencesExhausted {
         /// The lock's name.
         name: String,

@@ -37,6 +37,7 @@ fn expect_invalid(result: Result<impl std::fmt::Debug, Error>, field: &str) {
         Err(Error::InvalidArgument {
             field: f,
             ref reason,
+            ..
         }) => {
             assert_eq!(f, field, "{reason}");
             assert!(!reason.is_empty());

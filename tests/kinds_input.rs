@@ -24,7 +24,9 @@ async fn commands(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
 
 fn expect_invalid<T: std::fmt::Debug>(result: Result<T, Error>, field: &str) {
     match result {
-        Err(Error::InvalidArgument { field: f, reason }) => {
+        Err(Error::InvalidArgument {
+            field: f, reason, ..
+        }) => {
             assert_eq!(f, field, "{reason}");
             assert!(!reason.is_empty());
         }
