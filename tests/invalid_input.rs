@@ -11,7 +11,7 @@ mod common;
 use std::time::Duration;
 
 use redquorum::config::limits;
-use redquorum::{Client, Error, LockOptions};
+use redquorum::{Client, LockOptions};
 
 /// Connections ever accepted and commands ever run by node `i`, read over one kept connection.
 async fn touched(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
@@ -30,20 +30,6 @@ async fn touched(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
         field("total_connections_received"),
         field("total_commands_processed"),
     )
-}
-
-fn expect_invalid(result: Result<impl std::fmt::Debug, Error>, field: &str) {
-    match result {
-        Err(Error::InvalidArgument {
-            field: f,
-            ref reason,
-            ..
-        }) => {
-            assert_eq!(f, field, "{reason}");
-            assert!(!reason.is_empty());
-        }
-        other => panic!("expected InvalidArgument for {field}, got {other:?}"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,51 +56,51 @@ async fn invalid_inputs_touch_no_node() {
         let client = common::client(&nodes);
         let ok = LockOptions::new(Duration::from_secs(1));
         let long_name = "n".repeat(limits::MAX_NAME_BYTES + 1);
-        expect_invalid(client.acquire("", &ok).await, "name");
-        expect_invalid(client.try_acquire(&long_name, &ok).await, "name");
-        expect_invalid(
+        common::expect_invalid(client.acquire("", &ok).await, "name");
+        common::expect_invalid(client.try_acquire(&long_name, &ok).await, "name");
+        common::expect_invalid(
             client.acquire("x", &LockOptions::new(Duration::ZERO)).await,
             "ttl",
         );
-        expect_invalid(
+        common::expect_invalid(
             client
                 .acquire("x", &LockOptions::new(limits::MAX_TTL * 2))
                 .await,
             "ttl",
         );
-        expect_invalid(
+        common::expect_invalid(
             client
                 .acquire("x", &ok.clone().wait(limits::MAX_WAIT * 2))
                 .await,
             "wait",
         );
-        expect_invalid(
+        common::expect_invalid(
             client
                 .acquire("x", &ok.clone().min_validity(Duration::from_secs(5)))
                 .await,
             "min_validity",
         );
-        expect_invalid(
+        common::expect_invalid(
             client.extend_token("x", "", Duration::from_secs(1)).await,
             "token",
         );
-        expect_invalid(client.extend_token("x", "t", Duration::ZERO).await, "ttl");
-        expect_invalid(
+        common::expect_invalid(client.extend_token("x", "t", Duration::ZERO).await, "ttl");
+        common::expect_invalid(
             client
                 .release_token("x", &"t".repeat(limits::MAX_TOKEN_BYTES + 1))
                 .await,
             "token",
         );
-        expect_invalid(client.release_token("", "t").await, "name");
-        expect_invalid(client.inspect(&long_name).await, "name");
+        common::expect_invalid(client.release_token("", "t").await, "name");
+        common::expect_invalid(client.inspect(&long_name).await, "name");
         let none: [&str; 0] = [];
-        expect_invalid(Client::new(none), "node");
+        common::expect_invalid(Client::new(none), "node");
         let mut bad_url = nodes.urls();
         bad_url.push("redis://127.0.0.1:notaport".into());
-        expect_invalid(Client::new(bad_url), "node");
+        common::expect_invalid(Client::new(bad_url), "node");
         let mut dup = nodes.urls();
         dup.push(nodes.url(0));
-        expect_invalid(Client::new(dup), "node");
+        common::expect_invalid(Client::new(dup), "node");
 
         for (i, conn) in conns.iter_mut().enumerate() {
             let now = touched(conn).await;
@@ -130,8 +116,8 @@ async fn invalid_inputs_touch_no_node() {
         // The acquire returns at a quorum; let node 0's part arrive before counting.
         assert!(common::token_everywhere(&nodes, "fine", lock.token()).await);
         let (_, commands_after_acquire) = touched(&mut conns[0]).await;
-        expect_invalid(lock.extend(Duration::ZERO).await, "ttl");
-        expect_invalid(lock.extend(limits::MAX_TTL * 2).await, "ttl");
+        common::expect_invalid(lock.extend(Duration::ZERO).await, "ttl");
+        common::expect_invalid(lock.extend(limits::MAX_TTL * 2).await, "ttl");
         let (_, commands_now) = touched(&mut conns[0]).await;
         // Only the INFO that read the count ran in between.
         assert_eq!(

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use redquorum::config::limits;
-use redquorum::{Error, LockKind, LockOptions, Owner, RenewOptions};
+use redquorum::{LockKind, LockOptions, Owner, RenewOptions};
 
 /// Commands ever run by a node, read over one kept connection.
 async fn commands(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
@@ -22,23 +22,11 @@ async fn commands(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .unwrap()
 }
 
-fn expect_invalid<T: std::fmt::Debug>(result: Result<T, Error>, field: &str) {
-    match result {
-        Err(Error::InvalidArgument {
-            field: f, reason, ..
-        }) => {
-            assert_eq!(f, field, "{reason}");
-            assert!(!reason.is_empty());
-        }
-        other => panic!("expected InvalidArgument for {field}, got {other:?}"),
-    }
-}
-
 #[test]
 fn bad_owner_ids_are_refused() {
     let too_long = "o".repeat(limits::MAX_TOKEN_BYTES + 1);
     for id in ["", "a/b", "a b", "tab\there", "é", "new\nline", &too_long] {
-        expect_invalid(Owner::from_id(id), "owner");
+        common::expect_invalid(Owner::from_id(id), "owner");
     }
     let longest = "o".repeat(limits::MAX_TOKEN_BYTES);
     for id in ["job-42:worker.1_a", "x", &longest] {
@@ -67,21 +55,21 @@ async fn permits_out_of_bounds_touch_no_node() {
     for permits in [0, limits::MAX_PERMITS + 1, u32::MAX] {
         let kind = LockKind::semaphore(permits);
         let opts = LockOptions::new(ttl).kind(kind.clone());
-        expect_invalid(client.acquire("s", &opts).await, "permits");
-        expect_invalid(client.try_acquire("s", &opts).await, "permits");
-        expect_invalid(
+        common::expect_invalid(client.acquire("s", &opts).await, "permits");
+        common::expect_invalid(client.try_acquire("s", &opts).await, "permits");
+        common::expect_invalid(
             client
                 .acquire_guard("s", &opts, RenewOptions::default())
                 .await,
             "permits",
         );
-        expect_invalid(client.with_lock("s", &opts, |_| async {}).await, "permits");
-        expect_invalid(
+        common::expect_invalid(client.with_lock("s", &opts, |_| async {}).await, "permits");
+        common::expect_invalid(
             client.extend_token_as("s", &kind, "t", ttl).await,
             "permits",
         );
-        expect_invalid(client.release_token_as("s", &kind, "t").await, "permits");
-        expect_invalid(client.inspect_as("s", &kind).await, "permits");
+        common::expect_invalid(client.release_token_as("s", &kind, "t").await, "permits");
+        common::expect_invalid(client.inspect_as("s", &kind).await, "permits");
     }
     // The other checks still apply to every kind.
     let owner = LockKind::Reentrant(Owner::random().unwrap());
@@ -92,10 +80,10 @@ async fn permits_out_of_bounds_touch_no_node() {
         LockKind::semaphore(2),
     ] {
         let opts = LockOptions::new(Duration::ZERO).kind(kind.clone());
-        expect_invalid(client.acquire("s", &opts).await, "ttl");
-        expect_invalid(client.release_token_as("s", &kind, "").await, "token");
-        expect_invalid(client.extend_token_as("", &kind, "t", ttl).await, "name");
-        expect_invalid(client.inspect_as("", &kind).await, "name");
+        common::expect_invalid(client.acquire("s", &opts).await, "ttl");
+        common::expect_invalid(client.release_token_as("s", &kind, "").await, "token");
+        common::expect_invalid(client.extend_token_as("", &kind, "t", ttl).await, "name");
+        common::expect_invalid(client.inspect_as("", &kind).await, "name");
     }
     for (i, conn) in conns.iter_mut().enumerate() {
         assert_eq!(

@@ -11,6 +11,20 @@ use redquorum_testkit::LocalNodes;
 
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
+/// Fails the test unless `result` is [`redquorum::Error::InvalidArgument`] naming `field`, with a
+/// reason given.
+pub fn expect_invalid<T: std::fmt::Debug>(result: redquorum::Result<T>, field: &str) {
+    match result {
+        Err(redquorum::Error::InvalidArgument {
+            field: f, reason, ..
+        }) => {
+            assert_eq!(f, field, "{reason}");
+            assert!(!reason.is_empty());
+        }
+        other => panic!("expected InvalidArgument for {field}, got {other:?}"),
+    }
+}
+
 /// Starts `n` local masters, or fails the test with the reason.
 pub fn nodes(n: usize) -> LocalNodes {
     LocalNodes::start(n).expect("start local redis-server processes")
