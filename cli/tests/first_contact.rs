@@ -39,3 +39,44 @@ fn redquorum_run_on_new_plain_masters_succeeds_at_once() {
     );
     eprintln!("run took {:?}", started.elapsed());
 }
+
+/// The fencing token printed after `prefix` on a line of `out`.
+fn fence_after(out: &str, prefix: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting {prefix:?} in:\n{out}"));
+    line[prefix.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fencing token in {line:?}"))
+}
+
+/// `redquorum demo`, which the quick start points to, on its own five masters: a refusal that
+/// names the holders, then a hand-over whose fencing token is larger than the first holder's.
+#[test]
+fn redquorum_demo_refuses_the_second_client_then_hands_it_a_larger_fence() {
+    let out = Command::new(env!("CARGO_BIN_EXE_redquorum"))
+        .args(["demo", "--pairs", "50"])
+        .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CONFIG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}: {stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let alice = fence_after(&stdout, "alice acquired \"demo\" with fencing token ");
+    assert!(
+        stdout.contains(
+            "bob waited 200ms and was refused: lock \"demo\" is held by someone else on "
+        ),
+        "{stdout}"
+    );
+    let bob = fence_after(&stdout, "bob acquired it with fencing token ");
+    assert!(bob > alice, "bob's fence {bob} after alice's {alice}");
+}
