@@ -4,20 +4,9 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use redquorum::Client;
-
-/// A loopback URL where nothing listens: connections are refused at once.
-fn nowhere() -> String {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    format!("redis://127.0.0.1:{port}")
-}
 
 /// Five masters, E dead. A waiter that reaches only A and B (the other three are out of its
 /// reach) waits for a lock, refreshing its place on A and B. Without bounds its place there
@@ -30,7 +19,13 @@ async fn a_waiter_that_reaches_a_minority_gives_its_place_up() {
     let rival = common::client(&nodes);
     let holder = common::client(&nodes);
     let cut_off = Client::builder()
-        .nodes([nodes.url(0), nodes.url(1), nowhere(), nowhere(), nowhere()])
+        .nodes([
+            nodes.url(0),
+            nodes.url(1),
+            common::refusing_url(),
+            common::refusing_url(),
+            common::refusing_url(),
+        ])
         .quarantine(Duration::ZERO)
         .build()
         .unwrap();

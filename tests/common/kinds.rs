@@ -1,7 +1,6 @@
 //! Helpers for the tests of the lock kinds: overlap detectors, clients that reach only some
 //! masters, racing workers, and raw reads of each kind's keys on one master.
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -124,16 +123,6 @@ pub async fn race(
     got
 }
 
-/// An address on loopback where nothing listens (a port bound and let go at once).
-fn dead_url() -> String {
-    let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    format!("redis://127.0.0.1:{port}")
-}
-
 /// A builder on all of `nodes`' slots, where the masters not in `reach` are replaced by
 /// addresses where nothing listens: a client that reaches only some masters, as if
 /// partitioned from the others, while counting all N for its quorum. Default quarantine (the
@@ -144,7 +133,7 @@ pub fn reaching(nodes: &LocalNodes, reach: &[usize]) -> ClientBuilder {
             if reach.contains(&i) {
                 nodes.url(i)
             } else {
-                dead_url()
+                super::refusing_url()
             }
         })
         .collect();

@@ -3,6 +3,8 @@
 
 pub mod kinds;
 
+use std::net::Ipv4Addr;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
@@ -23,6 +25,23 @@ pub fn expect_invalid<T: std::fmt::Debug>(result: redquorum::Result<T>, field: &
         }
         other => panic!("expected InvalidArgument for {field}, got {other:?}"),
     }
+}
+
+/// A loopback URL where nothing listens, so that connections to it are refused at once. Its
+/// port stays bound for the rest of the test process, without listening and without
+/// `SO_REUSEADDR`: a port bound and let go at once could be handed out again, to the next call
+/// (a client given the same address twice is refused) or to a master another test starts.
+pub fn refusing_url() -> String {
+    static HELD: Mutex<Vec<tokio::net::TcpSocket>> = Mutex::new(Vec::new());
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind((Ipv4Addr::LOCALHOST, 0).into())
+        .expect("bind a loopback port");
+    let port = socket.local_addr().expect("the bound address").port();
+    HELD.lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(socket);
+    format!("redis://127.0.0.1:{port}")
 }
 
 /// Starts `n` local masters, or fails the test with the reason.
