@@ -9,34 +9,26 @@ mod processes;
 use std::process::Stdio;
 use std::time::Duration;
 
-use processes::{alive, children, start};
+use processes::{alive, children, serving_address, start};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_dev_serves_locks_and_cleans_up_its_masters_on_sigterm() {
-    let port = free_port();
     let mut server = start(&[
         "serve",
         "--dev",
         "--dev-nodes",
         "3",
         "--listen",
-        &format!("127.0.0.1:{port}"),
+        "127.0.0.1:0",
     ]);
     let pid = server.id().unwrap();
+    let addr = serving_address(&mut server, Duration::from_secs(60)).await;
     let http = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
+    let base = format!("http://{addr}");
     assert!(
         common::eventually(Duration::from_secs(10), || async {
             http.get(format!("{base}/healthz"))

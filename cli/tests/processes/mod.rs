@@ -1,8 +1,12 @@
 //! The `redquorum` binary started as a command under test, and the processes it started, from
-//! the outside: its children by name, and whether one still runs.
-#![allow(clippy::unwrap_used)]
+//! the outside: where a `serve` serves, its children by name, and whether one still runs.
+// Each test binary that includes this module uses its own part of it.
+#![allow(clippy::unwrap_used, dead_code)]
 
 use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// Starts `redquorum` with `args`: no input, its log (stderr) kept for the test, killed if the
 /// test ends first.
@@ -15,6 +19,35 @@ pub(crate) fn start(args: &[&str]) -> tokio::process::Child {
         .kill_on_drop(true)
         .spawn()
         .unwrap()
+}
+
+/// The address a `serve` started by [`start`] says it serves on, read from its log (the line
+/// "redquorum serving on http://ADDR") within `limit`. A test that lets `serve` bind a free port
+/// itself (`--listen 127.0.0.1:0`) learns it here, where a port chosen by the test and let go
+/// before `serve` binds it could be taken by another process in between. The rest of the log
+/// is read and dropped in the background, so that `serve` never blocks on a full pipe.
+pub(crate) async fn serving_address(child: &mut tokio::process::Child, limit: Duration) -> String {
+    const MARK: &str = "serving on http://";
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let found = tokio::time::timeout(limit, async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(at) = line.find(MARK) {
+                let addr: String = line[at + MARK.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | ':' | '[' | ']'))
+                    .collect();
+                return Some(addr);
+            }
+        }
+        None
+    })
+    .await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    match found {
+        Ok(Some(addr)) => addr,
+        Ok(None) => panic!("serve ended its log without saying where it serves"),
+        Err(_) => panic!("serve did not say where it serves within {limit:?}"),
+    }
 }
 
 /// Pids of the running children of `pid` named `name`.
