@@ -30,7 +30,7 @@ pub fn expect_invalid<T: std::fmt::Debug>(result: redquorum::Result<T>, field: &
 /// A loopback URL where nothing listens, so that connections to it are refused at once. Its
 /// port stays bound for the rest of the test process, without listening and without
 /// `SO_REUSEADDR`: a port bound and let go at once could be handed out again, to the next call
-/// (a client given the same address twice is refused) or to a master another test starts.
+/// (a client given the same address twice is refused) or to a listener another test opens.
 pub fn refusing_url() -> String {
     static HELD: Mutex<Vec<tokio::net::TcpSocket>> = Mutex::new(Vec::new());
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
