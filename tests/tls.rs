@@ -89,19 +89,11 @@ async fn a_master_whose_certificate_is_not_trusted_grants_nothing() {
 
 #[test]
 fn root_certificates_that_are_not_pem_are_refused_when_building() {
-    let err = Client::builder()
-        .node("rediss://127.0.0.1:1")
-        .tls_root_certificates("not a certificate")
-        .build()
-        .expect_err("refused");
-    assert!(
-        matches!(
-            err,
-            Error::InvalidArgument {
-                field: "tls_root_certificates",
-                ..
-            }
-        ),
-        "{err}"
+    common::expect_invalid(
+        Client::builder()
+            .node("rediss://127.0.0.1:1")
+            .tls_root_certificates("not a certificate")
+            .build(),
+        "tls_root_certificates",
     );
 }
