@@ -84,7 +84,27 @@ async fn invalid_inputs_touch_no_node() {
             client.extend_token("x", "", Duration::from_secs(1)).await,
             "token",
         );
-        common::expect_invalid(client.extend_token("x", "t", Duration::ZERO).await, "ttl");
+        let well_formed = "0123456789abcdef0123456789abcdef";
+        common::expect_invalid(
+            client.extend_token("x", well_formed, Duration::ZERO).await,
+            "ttl",
+        );
+        // Tokens of a shape the library never hands out: refused, where a release of a free
+        // lock would count a well-formed one as released.
+        for made_up in [
+            "t",
+            "wrong-token",
+            "0123456789ABCDEF0123456789ABCDEF",
+            "waiter/0123456789abcdef0123456789abcdef",
+        ] {
+            common::expect_invalid(client.release_token("x", made_up).await, "token");
+            common::expect_invalid(
+                client
+                    .extend_token("x", made_up, Duration::from_secs(1))
+                    .await,
+                "token",
+            );
+        }
         common::expect_invalid(
             client
                 .release_token("x", &"t".repeat(limits::MAX_TOKEN_BYTES + 1))

@@ -483,15 +483,38 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
             "POST",
             "/v1/locks/held/extend".into(),
             r#"{"token": "wrong-token"}"#.into(),
+            400,
+            "invalid_token",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/release".into(),
+            r#"{"token": "wrong-token"}"#.into(),
+            400,
+            "invalid_token",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/extend".into(),
+            format!(r#"{{"token": "{}"}}"#, "f".repeat(32)),
             409,
             "not_held",
         ),
         (
             "POST",
             "/v1/locks/held/release".into(),
-            r#"{"token": "wrong-token"}"#.into(),
+            format!(r#"{{"token": "{}"}}"#, "f".repeat(32)),
             409,
             "not_held",
+        ),
+        // On a free lock, a release with a well-formed token counts as released; one of a
+        // shape never handed out is refused.
+        (
+            "POST",
+            "/v1/locks/free/release".into(),
+            r#"{"token": "abc"}"#.into(),
+            400,
+            "invalid_token",
         ),
         (
             "POST",

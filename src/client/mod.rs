@@ -107,7 +107,8 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::NotHeld`] when the token does not hold the lock on a quorum (wrong token, or the
-    /// lock expired); otherwise as [`Lock::extend`].
+    /// lock expired); [`Error::InvalidArgument`] for a token of a shape this library never hands
+    /// out (nothing is sent); otherwise as [`Lock::extend`].
     pub async fn extend_token(&self, name: &str, token: &str, ttl: Duration) -> Result<Lock> {
         lock::extend_token(&self.cluster, name, &LockKind::Mutex, token, ttl).await
     }
@@ -136,8 +137,9 @@ impl Client {
     ///
     /// [`Error::NotHeld`] when no node had this token and another token holds the lock (nothing
     /// is changed); [`Error::QuorumUnavailable`] when fewer than a quorum of nodes answered (keys
-    /// left behind expire at their TTL); [`Error::InvalidArgument`] for a bad name or token.
-    /// A lock that is already gone everywhere counts as released.
+    /// left behind expire at their TTL); [`Error::InvalidArgument`] for a bad name or token (a
+    /// token of a shape this library never hands out is refused before any node is asked). A
+    /// lock that is already gone everywhere counts as released.
     pub async fn release_token(&self, name: &str, token: &str) -> Result<()> {
         lock::release_token(&self.cluster, name, &LockKind::Mutex, token).await
     }

@@ -26,6 +26,24 @@ pub(crate) fn random_token() -> Result<String> {
     Ok(token)
 }
 
+/// Whether `token` has the shape of one this library hands out: a [`random_token`], or, for a
+/// lock that a release handed over to a waiter, the waiter's id and `/` before it. A waiter id
+/// is `<client id>.<n>`, the client id in hex and `n` in decimal (`Waiters::new_waiter`).
+pub(crate) fn is_issued_token(token: &str) -> bool {
+    let lower_hex =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let waiter_id = |id: &str| {
+        id.split_once('.').is_some_and(|(client, n)| {
+            lower_hex(client) && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+        })
+    };
+    let (waiter, random) = match token.split_once('/') {
+        Some((waiter, random)) => (Some(waiter), random),
+        None => (None, token),
+    };
+    random.len() == RANDOM_BYTES * 2 && lower_hex(random) && waiter.is_none_or(waiter_id)
+}
+
 /// Who holds a reentrant lock. Tasks have no thread identity, so the owner is explicit: every
 /// acquire made with the same owner re-enters a lock that owner holds.
 ///
@@ -216,6 +234,31 @@ mod tests {
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn only_tokens_of_the_issued_shape_pass() {
+        let token = random_token().unwrap();
+        assert!(is_issued_token(&token));
+        assert!(is_issued_token(&format!("00c0ffee00c0ffee.17/{token}")));
+        for bad in [
+            "",
+            "abc",
+            "wrong-token",
+            &token[1..],
+            &format!("{token}0"),
+            &token.to_uppercase(),
+            &format!("{}g", &token[1..]),
+            &format!("/{token}"),
+            &format!("c0ffee/{token}"),
+            &format!("c0ffee./{token}"),
+            &format!(".17/{token}"),
+            &format!("c0ffee.x/{token}"),
+            "c0ffee.17/",
+            &format!("c0ffee.17/{token}/{token}"),
+        ] {
+            assert!(!is_issued_token(bad), "{bad:?} passed");
+        }
     }
 
     #[test]

@@ -210,7 +210,9 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks a holder token given back by a caller: non-empty and bounded.
+/// Checks a holder token given back by a caller: non-empty, bounded, and of the shape this
+/// library hands tokens out in, so that a mistyped or made-up one is refused before any master
+/// is asked (on a free lock, a release would otherwise count it as released).
 pub(crate) fn validate_token(token: &str) -> Result<()> {
     if token.is_empty() {
         return Err(Error::invalid("token", "must not be empty"));
@@ -223,6 +225,13 @@ pub(crate) fn validate_token(token: &str) -> Result<()> {
                 token.len(),
                 limits::MAX_TOKEN_BYTES
             ),
+        ));
+    }
+    if !kind::is_issued_token(token) {
+        return Err(Error::invalid(
+            "token",
+            "is not one this library hands out: 32 lowercase hex digits, after the waiter's \
+             id and '/' when a release handed the lock over to a waiter",
         ));
     }
     Ok(())

@@ -19,7 +19,8 @@ use crate::quorum::Decision;
 /// # Errors
 ///
 /// [`Error::NotHeld`] when the token does not hold the lock on a quorum (wrong token, or the
-/// lock expired); otherwise as [`Lock::extend`].
+/// lock expired); [`Error::InvalidArgument`] for a token of a shape this library never hands
+/// out (nothing is sent); otherwise as [`Lock::extend`].
 pub(crate) async fn extend_token(
     cluster: &Arc<Cluster>,
     name: &str,

@@ -23,6 +23,10 @@ fn a_wake_reaches_only_the_named_waiter() {
     let (a, b) = (waiters.new_waiter(), waiters.new_waiter());
     assert_ne!(a, b);
     assert_eq!(a.split_once('.').map(|(c, _)| c), Some(&*waiters.client_id));
+    // A lock handed over to a waiter is held under `<waiter id>/<token>`, which a caller may
+    // give back by hand (the HTTP service's release): it must pass the token check.
+    let handed_over = format!("{a}/{}", crate::config::random_token().unwrap());
+    assert!(crate::config::kind::is_issued_token(&handed_over));
     let mut first = waiters.listen("w1");
     let mut second = waiters.listen("w2");
     waiters.deliver("w1", None);
