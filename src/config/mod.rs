@@ -230,8 +230,8 @@ pub(crate) fn validate_token(token: &str) -> Result<()> {
     if !kind::is_issued_token(token) {
         return Err(Error::invalid(
             "token",
-            "is not one this library hands out: 32 lowercase hex digits, after the waiter's \
-             id and '/' when a release handed the lock over to a waiter",
+            "is not one redquorum hands out: 32 lowercase hex digits, or for a lock handed \
+             over to a waiter, the waiter's id, '/' and 32 lowercase hex digits",
         ));
     }
     Ok(())
