@@ -37,6 +37,7 @@ mod scenarios;
 mod settings;
 mod worker;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -127,13 +128,7 @@ fn main() -> ExitCode {
     runtime.block_on(async {
         match cli.command {
             Cmd::Run(args) => run(args).await,
-            Cmd::List => {
-                for s in scenarios::all() {
-                    println!("{:<30} {}", s.name, s.about);
-                    println!("{:<30} expects: {}", "", s.expect.summary());
-                }
-                ExitCode::SUCCESS
-            }
+            Cmd::List => list(),
             Cmd::Check { history, scenario } => check(&history, &scenario),
             Cmd::Worker(args) => match worker::run(args).await {
                 Ok(()) => ExitCode::SUCCESS,
@@ -144,6 +139,20 @@ fn main() -> ExitCode {
             },
         }
     })
+}
+
+/// Prints the catalogue. A reader that stops early (`| head`) ends the listing quietly: the
+/// write fails with a broken pipe, which `println!` would turn into a panic.
+fn list() -> ExitCode {
+    let mut out = std::io::stdout().lock();
+    for s in scenarios::all() {
+        let written = writeln!(out, "{:<30} {}", s.name, s.about)
+            .and_then(|()| writeln!(out, "{:<30} expects: {}", "", s.expect.summary()));
+        if written.is_err() {
+            break;
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn check(path: &PathBuf, name: &str) -> ExitCode {
