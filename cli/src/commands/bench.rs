@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use redquorum_cli::bench::{BenchOptions, Figure, floor_warning};
 
+use super::out::say;
 use super::stop::stop_requested;
 use super::{EXIT_OK, EXIT_SOFTWARE};
 
@@ -32,15 +33,18 @@ pub(super) async fn run(opts: BenchOptions, json: PathBuf) -> u8 {
             return EXIT_SOFTWARE;
         }
     };
-    println!("{}", table(&figures));
-    if let Some(warning) = floor_warning(&figures) {
-        println!("{warning}\n");
-    }
+    let written = say!("{}", table(&figures)).and_then(|()| match floor_warning(&figures) {
+        Some(warning) => say!("{warning}\n"),
+        None => Ok(()),
+    });
     if let Err(e) = write_json(&figures, &json) {
         tracing::error!("cannot write {}: {e}", json.display());
         return EXIT_SOFTWARE;
     }
-    println!("JSON lines: {}", json.display());
+    if let Err(e) = written.and_then(|()| say!("JSON lines: {}", json.display())) {
+        tracing::error!("{e}");
+        return EXIT_SOFTWARE;
+    }
     let violations = figures
         .iter()
         .find(|f| f.name.starts_with("mutual-exclusion"))

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use redquorum::{Client, Error, LockOptions};
 use redquorum_testkit::LocalNodes;
 
+use super::out::say;
 use super::stop::stop_requested;
 use super::{EXIT_OK, EXIT_SOFTWARE};
 
@@ -30,10 +31,10 @@ pub(super) async fn run(masters: usize, pairs: u32) -> u8 {
 async fn demo(masters: usize, pairs: u32) -> Result<(), Box<dyn std::error::Error>> {
     // Starting processes blocks; keep it off the async workers.
     let nodes = tokio::task::spawn_blocking(move || LocalNodes::start(masters)).await??;
-    println!(
+    say!(
         "started {masters} local redis-server masters on ports {:?}",
         (0..nodes.len()).map(|i| nodes.port(i)).collect::<Vec<_>>()
-    );
+    )?;
     // These masters have just started and keep nothing across a restart, so a client with
     // default settings would quarantine them (not count their votes) for the max TTL. The
     // demo knows they have held no locks before, and turns quarantine off.
@@ -48,27 +49,27 @@ async fn demo(masters: usize, pairs: u32) -> Result<(), Box<dyn std::error::Erro
     let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_millis(200));
 
     let mut lock = alice.acquire("demo", &opts).await?;
-    println!(
+    say!(
         "alice acquired \"demo\" with fencing token {} on a quorum of {} of {}: valid for {}",
         lock.fence(),
         alice.quorum(),
         masters,
         ms(lock.remaining())
-    );
+    )?;
     match bob.acquire("demo", &opts).await {
         // The error's own message: it also counts the masters the refusal did not wait for,
         // which a list of the holders heard from would leave out.
         Err(refused @ Error::Contended { .. }) => {
-            println!("bob waited 200ms and was refused: {refused}")
+            say!("bob waited 200ms and was refused: {refused}")?
         }
         other => return Err(format!("bob should have been refused, got {other:?}").into()),
     }
     lock.extend(Duration::from_secs(20)).await?;
-    println!("alice extended it: valid for {}", ms(lock.remaining()));
+    say!("alice extended it: valid for {}", ms(lock.remaining()))?;
     lock.release().await?;
-    println!("alice released it");
+    say!("alice released it")?;
     let lock = bob.acquire("demo", &opts).await?;
-    println!("bob acquired it with fencing token {}", lock.fence());
+    say!("bob acquired it with fencing token {}", lock.fence())?;
     lock.release().await?;
 
     // Sequential pairs on distinct names: one client, nothing contended.
@@ -90,17 +91,17 @@ async fn demo(masters: usize, pairs: u32) -> Result<(), Box<dyn std::error::Erro
     }
     let took = started.elapsed();
     let per_sec = f64::from(pairs) / took.as_secs_f64();
-    println!(
+    say!(
         "{pairs} uncontended acquire+release pairs on {masters} masters: {per_sec:.0} pairs/s ({:.1} µs per pair)",
         took.as_secs_f64() * 1e6 / f64::from(pairs)
-    );
+    )?;
     match redis_benchmark_rtt(&nodes) {
-        Some(rtt_us) => println!(
+        Some(rtt_us) => say!(
             "one Redis round trip (redis-benchmark -c 1 -P 1 -t set on one master): {rtt_us:.1} µs; a pair costs {:.1} round trips",
             took.as_secs_f64() * 1e6 / f64::from(pairs) / rtt_us
         ),
-        None => println!("(redis-benchmark not found: no round-trip floor measured)"),
-    }
+        None => say!("(redis-benchmark not found: no round-trip floor measured)"),
+    }?;
     Ok(())
 }
 

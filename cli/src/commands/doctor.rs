@@ -4,17 +4,23 @@ use std::time::Duration;
 
 use redquorum::{Client, DoctorReport, NodeCheck, Severity};
 
-use super::{EXIT_OK, EXIT_UNSAFE};
+use super::out::say;
+use super::{EXIT_OK, EXIT_SOFTWARE, EXIT_UNSAFE};
 
 pub(super) async fn run(client: &Client, json: bool, allow_non_durable: bool) -> u8 {
     let mut report = client.doctor().await;
     if allow_non_durable {
         report = report.allowing_non_durable();
     }
-    if json {
-        println!("{}", redquorum_cli::server::doctor_json(&report));
+    let written = if json {
+        say!("{}", redquorum_cli::server::doctor_json(&report))
     } else {
-        print!("{}", table(&report));
+        let table = table(&report);
+        say!("{}", table.strip_suffix('\n').unwrap_or(&table))
+    };
+    if let Err(e) = written {
+        tracing::error!("{e}");
+        return EXIT_SOFTWARE;
     }
     if report.safe { EXIT_OK } else { EXIT_UNSAFE }
 }

@@ -1,5 +1,6 @@
 //! Command-line interface: the subcommands, their arguments, and their exit codes.
-#![allow(clippy::print_stdout)]
+
+mod out;
 
 mod bench;
 mod config;

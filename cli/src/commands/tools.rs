@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use redquorum::{Client, LockOptions};
 
-use super::{EXIT_OK, exit_code};
+use super::out::say;
+use super::{EXIT_OK, EXIT_SOFTWARE, exit_code};
 
 pub(super) async fn acquire(client: &Client, name: &str, ttl: Duration, wait: Duration) -> u8 {
     match client
@@ -12,8 +13,16 @@ pub(super) async fn acquire(client: &Client, name: &str, ttl: Duration, wait: Du
         .await
     {
         Ok(lock) => {
-            // The token on stdout alone, so that `TOKEN=$(redquorum acquire ...)` works.
-            println!("{}", lock.token());
+            // The token on stdout alone, so that `TOKEN=$(redquorum acquire ...)` works. A
+            // token nobody reads would leave the lock held until its TTL with no way to release
+            // it, so it is given back.
+            if let Err(e) = say!("{}", lock.token()) {
+                tracing::error!(lock = name, "{e}: the lock is released again");
+                if let Err(e) = lock.release().await {
+                    tracing::error!(lock = name, "and its release failed: {e}");
+                }
+                return EXIT_SOFTWARE;
+            }
             tracing::info!(
                 lock = name,
                 fence = lock.fence(),
@@ -47,12 +56,15 @@ pub(super) async fn release(client: &Client, name: &str, token: &str) -> u8 {
 pub(super) async fn status(client: &Client, name: &str) -> u8 {
     match client.inspect(name).await {
         Ok(info) => {
-            println!(
+            let mut written = say!(
                 "lock {:?}: {}",
                 info.name,
                 if info.held { "held" } else { "free" }
             );
             for node in &info.nodes {
+                if written.is_err() {
+                    break;
+                }
                 let state = match &node.ttl {
                     Ok(Some(ttl)) => {
                         format!("held, expires in {}", humantime::format_duration(*ttl))
@@ -60,9 +72,15 @@ pub(super) async fn status(client: &Client, name: &str) -> u8 {
                     Ok(None) => "free".to_owned(),
                     Err(e) => format!("unknown ({e})"),
                 };
-                println!("  {:<24} {state}", node.node);
+                written = say!("  {:<24} {state}", node.node);
             }
-            EXIT_OK
+            match written {
+                Ok(()) => EXIT_OK,
+                Err(e) => {
+                    tracing::error!("{e}");
+                    EXIT_SOFTWARE
+                }
+            }
         }
         Err(e) => {
             tracing::error!("{e}");
