@@ -1,11 +1,10 @@
 //! Command-line interface: the subcommands, their arguments, and their exit codes.
 
-mod out;
-
 mod bench;
 mod config;
 mod demo;
 mod doctor;
+mod out;
 mod run;
 mod serve;
 mod stop;
