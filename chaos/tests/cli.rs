@@ -4,7 +4,7 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum-chaos");
 
@@ -16,31 +16,48 @@ fn history(name: &str) -> PathBuf {
         .join(format!("{name}.jsonl"))
 }
 
-fn chaos(args: &[&str]) -> Output {
-    Command::new(BIN)
+/// What one run of the runner left: its exit code and its output.
+struct Ran {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn chaos(args: &[&str]) -> Ran {
+    let out = Command::new(BIN)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .unwrap()
+        .unwrap();
+    Ran {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
 }
 
-fn check(scenario: &str, history_file: &Path) -> (Option<i32>, String, String) {
-    let out = Command::new(BIN)
-        .args(["check", "--scenario", scenario])
-        .arg(history_file)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code(), stdout, stderr)
+fn check(scenario: &str, history_file: &Path) -> Ran {
+    let file = history_file.to_str().unwrap();
+    chaos(&["check", "--scenario", scenario, file])
+}
+
+/// The run exited with `code`, and its stdout and stderr hold each of the given texts.
+fn assert_ran(ran: &Ran, code: i32, in_stdout: &[&str], in_stderr: &[&str]) {
+    let Ran { stdout, stderr, .. } = ran;
+    assert_eq!(ran.code, Some(code), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    for text in in_stdout {
+        assert!(stdout.contains(text), "{text:?} not in stdout:\n{stdout}");
+    }
+    for text in in_stderr {
+        assert!(stderr.contains(text), "{text:?} not in stderr:\n{stderr}");
+    }
 }
 
 #[test]
 fn list_names_every_scenario_with_what_it_expects() {
     let out = chaos(&["list"]);
-    assert!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout).unwrap();
+    assert_ran(&out, 0, &[], &[]);
+    let text = out.stdout;
     let names: Vec<&str> = text
         .lines()
         .filter(|l| !l.starts_with(' '))
@@ -92,45 +109,49 @@ fn list_into_a_closed_pipe_ends_quietly() {
 #[test]
 fn a_positive_control_passes_on_its_violation_and_the_clean_expectation_fails_on_it() {
     let file = history("restart-empty-no-quarantine");
-    let (code, stdout, _) = check("restart-empty-no-quarantine", &file);
-    assert_eq!(code, Some(0), "{stdout}");
-    assert!(stdout.contains(": PASS (definite 1,"), "{stdout}");
-
+    assert_ran(
+        &check("restart-empty-no-quarantine", &file),
+        0,
+        &[": PASS (definite 1,"],
+        &[],
+    );
     // The same history judged as a run with quarantine, which must have no second holder.
-    let (code, stdout, _) = check("restart-empty-quarantine", &file);
-    assert_eq!(code, Some(1), "{stdout}");
-    assert!(stdout.contains(": FAIL (definite 1,"), "{stdout}");
-    assert!(stdout.contains("found 1 definite violations"), "{stdout}");
+    assert_ran(
+        &check("restart-empty-quarantine", &file),
+        1,
+        &[": FAIL (definite 1,", "found 1 definite violations"],
+        &[],
+    );
 }
 
 #[test]
 fn fencing_refuses_the_paused_holders_write_and_without_it_the_update_is_lost() {
     let fenced = history("paused-holder-fencing");
     let unfenced = history("paused-holder-no-fencing");
-
-    let (code, stdout, _) = check("paused-holder-fencing", &fenced);
-    assert_eq!(code, Some(0), "{stdout}");
-    assert!(
-        stdout.contains("stale accepted 0, refused 1, lost updates 0"),
-        "{stdout}"
+    assert_ran(
+        &check("paused-holder-fencing", &fenced),
+        0,
+        &["stale accepted 0, refused 1, lost updates 0"],
+        &[],
     );
-    let (code, stdout, _) = check("paused-holder-no-fencing", &unfenced);
-    assert_eq!(code, Some(0), "{stdout}");
-    assert!(
-        stdout.contains("stale accepted 1, refused 0, lost updates 1"),
-        "{stdout}"
+    assert_ran(
+        &check("paused-holder-no-fencing", &unfenced),
+        0,
+        &["stale accepted 1, refused 0, lost updates 1"],
+        &[],
     );
-
     // Each history judged against the other's expectation fails, with the reasons named.
-    let (code, stdout, _) = check("paused-holder-fencing", &unfenced);
-    assert_eq!(code, Some(1), "{stdout}");
-    assert!(stdout.contains("found 1 lost updates"), "{stdout}");
-    assert!(stdout.contains("found 1 stale writes accepted"), "{stdout}");
-    let (code, stdout, _) = check("paused-holder-no-fencing", &fenced);
-    assert_eq!(code, Some(1), "{stdout}");
-    assert!(
-        stdout.contains("expected lost updates, found none"),
-        "{stdout}"
+    assert_ran(
+        &check("paused-holder-fencing", &unfenced),
+        1,
+        &["found 1 lost updates", "found 1 stale writes accepted"],
+        &[],
+    );
+    assert_ran(
+        &check("paused-holder-no-fencing", &fenced),
+        1,
+        &["expected lost updates, found none"],
+        &[],
     );
 }
 
@@ -143,46 +164,33 @@ fn a_malformed_history_is_refused_with_its_line() {
         std::process::id()
     ));
     std::fs::write(&file, format!("{first}\n{{\"t\": 12, \"src\":\n")).unwrap();
-    let (code, stdout, stderr) = check("paused-holder-fencing", &file);
+    let ran = check("paused-holder-fencing", &file);
     std::fs::remove_file(&file).unwrap();
-    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert_ran(&ran, 2, &[], &[&format!("{}:2:", file.display())]);
     assert!(
-        stderr.contains(&format!("{}:2:", file.display())),
-        "{stderr}"
-    );
-    assert!(
-        stdout.is_empty(),
-        "no verdict on a history that was not read: {stdout}"
+        ran.stdout.is_empty(),
+        "no verdict on a history that was not read: {}",
+        ran.stdout
     );
 
     let missing = std::env::temp_dir().join("redquorum-chaos-no-such-history.jsonl");
-    let (code, _, stderr) = check("paused-holder-fencing", &missing);
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(
-        stderr.contains("redquorum-chaos-no-such-history.jsonl"),
-        "{stderr}"
+    assert_ran(
+        &check("paused-holder-fencing", &missing),
+        2,
+        &[],
+        &["redquorum-chaos-no-such-history.jsonl"],
     );
 }
 
 #[test]
 fn an_unknown_scenario_is_refused_before_anything_runs() {
-    let out = chaos(&["run", "--scenario", "kill-minority,no-such-scenario"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("unknown scenario no-such-scenario"),
-        "{stderr}"
-    );
-    assert!(
-        out.stdout.is_empty(),
-        "nothing ran: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-
-    let (code, _, stderr) = check("no-such-scenario", &history("paused-holder-fencing"));
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(
-        stderr.contains("unknown scenario no-such-scenario"),
-        "{stderr}"
+    let ran = chaos(&["run", "--scenario", "kill-minority,no-such-scenario"]);
+    assert_ran(&ran, 2, &[], &["unknown scenario no-such-scenario"]);
+    assert!(ran.stdout.is_empty(), "nothing ran: {}", ran.stdout);
+    assert_ran(
+        &check("no-such-scenario", &history("paused-holder-fencing")),
+        2,
+        &[],
+        &["unknown scenario no-such-scenario"],
     );
 }
