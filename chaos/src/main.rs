@@ -20,9 +20,6 @@
 //! - `worker`: the worker process (the `worker` subcommand) and its commands.
 //! - `docker`: docker and compose through their clients; Redis probes.
 //! - `history`: the events and the shared clock; `rng`: the seeded generator.
-// This binary's output is its report.
-#![allow(clippy::print_stdout)]
-
 mod checker;
 mod ctx;
 mod docker;
@@ -141,13 +138,18 @@ fn main() -> ExitCode {
     })
 }
 
-/// Prints the catalogue. A reader that stops early (`| head`) ends the listing quietly: the
-/// write fails with a broken pipe, which `println!` would turn into a panic.
+/// Writes one line of the runner's report to stdout. A reader that has gone (`| head`) makes
+/// the write fail with a broken pipe, which `println!` would turn into a panic; here it only
+/// ends the output: the exit code is still the verdict, and a run's reports are on disk.
+fn say(line: std::fmt::Arguments) -> std::io::Result<()> {
+    writeln!(std::io::stdout().lock(), "{line}")
+}
+
+/// Prints the catalogue; a reader that stops early ends the listing quietly.
 fn list() -> ExitCode {
-    let mut out = std::io::stdout().lock();
     for s in scenarios::all() {
-        let written = writeln!(out, "{:<30} {}", s.name, s.about)
-            .and_then(|()| writeln!(out, "{:<30} expects: {}", "", s.expect.summary()));
+        let written = say(format_args!("{:<30} {}", s.name, s.about))
+            .and_then(|()| say(format_args!("{:<30} expects: {}", "", s.expect.summary())));
         if written.is_err() {
             break;
         }
@@ -183,7 +185,7 @@ fn check(path: &PathBuf, name: &str) -> ExitCode {
     }
     let analysis = checker::analyse(&events);
     let (verdict, reasons) = checker::judge(&analysis, &scenario.expect, &[]);
-    println!(
+    let _ = say(format_args!(
         "{}: {} (definite {}, over-admitted {}, possible {}, partial multi-locks {}, stale accepted {}, refused {}, lost updates {}, fence order {}, faults {}/{})",
         name,
         verdict.label(),
@@ -197,10 +199,12 @@ fn check(path: &PathBuf, name: &str) -> ExitCode {
         analysis.fence_order_violations,
         analysis.faults_confirmed(),
         analysis.faults.len()
-    );
-    for r in reasons {
-        println!("  - {r}");
-    }
+    ))
+    .and_then(|()| {
+        reasons
+            .iter()
+            .try_for_each(|r| say(format_args!("  - {r}")))
+    });
     if verdict == Verdict::Pass {
         ExitCode::SUCCESS
     } else {
@@ -349,12 +353,13 @@ async fn run(args: RunArgs) -> ExitCode {
     };
     match report::write(&out_dir, &info, &outcomes) {
         Ok(table) => {
-            println!("{table}");
-            println!(
-                "Reports: {}/summary.md, report.json, <scenario>/timeline.svg ({} total)",
-                out_dir.display(),
-                humanize(started.elapsed())
-            );
+            let _ = say(format_args!("{table}")).and_then(|()| {
+                say(format_args!(
+                    "Reports: {}/summary.md, report.json, <scenario>/timeline.svg ({} total)",
+                    out_dir.display(),
+                    humanize(started.elapsed())
+                ))
+            });
         }
         Err(e) => eprintln!("redquorum-chaos: cannot write the report: {e}"),
     }
@@ -364,13 +369,16 @@ async fn run(args: RunArgs) -> ExitCode {
         .map(|o| o.scenario.name)
         .collect();
     if failed.is_empty() {
-        println!("All {} scenarios behaved as expected.", outcomes.len());
+        let _ = say(format_args!(
+            "All {} scenarios behaved as expected.",
+            outcomes.len()
+        ));
         ExitCode::SUCCESS
     } else {
-        println!(
+        let _ = say(format_args!(
             "Not as expected (failed or inconclusive): {}",
             failed.join(", ")
-        );
+        ));
         ExitCode::from(EXIT_FAILED)
     }
 }

@@ -89,21 +89,38 @@ fn list_names_every_scenario_with_what_it_expects() {
     assert_eq!(unique.len(), names.len(), "scenario names repeat:\n{text}");
 }
 
-#[test]
-fn list_into_a_closed_pipe_ends_quietly() {
+/// Runs the runner with a stdout whose reader is gone before it writes its first line.
+fn chaos_into_a_closed_pipe(args: &[&str]) -> Ran {
     let (read_end, write_end): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
-    // The reader is gone before the runner writes its first line.
     drop(read_end);
     let out = Command::new(BIN)
-        .arg("list")
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::from(write_end))
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ran = Ran {
+        code: out.status.code(),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(!ran.stderr.contains("panicked"), "{}", ran.stderr);
+    ran
+}
+
+#[test]
+fn list_into_a_closed_pipe_ends_quietly() {
+    assert_ran(&chaos_into_a_closed_pipe(&["list"]), 0, &[], &[]);
+}
+
+#[test]
+fn check_into_a_closed_pipe_still_exits_with_its_verdict() {
+    let file = history("restart-empty-no-quarantine");
+    let file = file.to_str().unwrap();
+    let judged_as = |scenario| chaos_into_a_closed_pipe(&["check", "--scenario", scenario, file]);
+    assert_ran(&judged_as("restart-empty-no-quarantine"), 0, &[], &[]);
+    assert_ran(&judged_as("restart-empty-quarantine"), 1, &[], &[]);
 }
 
 #[test]
