@@ -1,15 +1,26 @@
 //! A command whose stdout has no reader left (`| head` that has exited, a closed descriptor)
-//! says so and exits 70 instead of panicking, and `acquire` gives back a lock whose token
-//! nobody can read rather than leave it held until its TTL.
+//! says so and exits 70 instead of panicking, also when its stderr has no reader either, and
+//! `acquire` gives back a lock whose token nobody can read rather than leave it held until its
+//! TTL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::{Command, Output, Stdio};
 
 use redquorum_testkit::LocalNodes;
 
-/// `redquorum SUBCOMMAND --nodes ... ARGS`. The masters are fresh `redis-server`s that have
-/// held no lock, so quarantine is off.
+/// `redquorum SUBCOMMAND --nodes ... ARGS`, its stderr read by the test. The masters are fresh
+/// `redis-server`s that have held no lock, so quarantine is off.
 fn redquorum(nodes: &LocalNodes, subcommand: &str, args: &[&str], stdout: Stdio) -> Output {
+    redquorum_to(nodes, subcommand, args, stdout, Stdio::piped())
+}
+
+fn redquorum_to(
+    nodes: &LocalNodes,
+    subcommand: &str,
+    args: &[&str],
+    stdout: Stdio,
+    stderr: Stdio,
+) -> Output {
     Command::new(env!("CARGO_BIN_EXE_redquorum"))
         .args([
             subcommand,
@@ -23,16 +34,32 @@ fn redquorum(nodes: &LocalNodes, subcommand: &str, args: &[&str], stdout: Stdio)
         .env_remove("REDQUORUM_CONFIG")
         .stdin(Stdio::null())
         .stdout(stdout)
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .output()
         .unwrap()
 }
 
 /// The write end of a pipe whose read end is already closed.
 fn readerless_pipe() -> Stdio {
+    Stdio::from(readerless_pipe_end())
+}
+
+fn readerless_pipe_end() -> std::os::fd::OwnedFd {
     let (read_end, write_end) = nix::unistd::pipe().unwrap();
     drop(read_end);
-    Stdio::from(write_end)
+    write_end
+}
+
+/// Whether the lock is free on every master, by `redquorum status`.
+fn is_free(nodes: &LocalNodes, lock: &str) -> bool {
+    let status = redquorum(nodes, "status", &["--lock", lock], Stdio::piped());
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    text.starts_with(&format!("lock \"{lock}\": free")) && !text.contains("held")
 }
 
 fn assert_reported_and_exited_70(out: &Output) {
@@ -51,20 +78,7 @@ fn acquire_gives_the_lock_back_when_its_token_cannot_be_written() {
     assert_reported_and_exited_70(&out);
 
     // Free on every master, and free to the next caller at once (no wait).
-    let status = redquorum(
-        &nodes,
-        "status",
-        &["--lock", "unread-token"],
-        Stdio::piped(),
-    );
-    let text = String::from_utf8_lossy(&status.stdout);
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stderr)
-    );
-    assert!(text.starts_with("lock \"unread-token\": free"), "{text}");
-    assert!(!text.contains("held"), "{text}");
+    assert!(is_free(&nodes, "unread-token"));
     let again = redquorum(
         &nodes,
         "acquire",
@@ -93,4 +107,22 @@ fn status_and_doctor_report_a_closed_stdout() {
         readerless_pipe(),
     ));
     assert_reported_and_exited_70(&redquorum(&nodes, "doctor", &["--json"], readerless_pipe()));
+}
+
+#[test]
+fn with_stderr_gone_too_the_command_still_exits_70_and_gives_the_lock_back() {
+    let nodes = LocalNodes::start(3).unwrap();
+    // `redquorum acquire ... 2>&1 | head -0`: stdout and stderr on one pipe whose reader is
+    // gone, so the error that says why cannot be written either.
+    let pipe = readerless_pipe_end();
+    let stderr = Stdio::from(pipe.try_clone().unwrap());
+    let out = redquorum_to(
+        &nodes,
+        "acquire",
+        &["--lock", "nobody-reads", "--ttl", "60s"],
+        Stdio::from(pipe),
+        stderr,
+    );
+    assert_eq!(out.status.code(), Some(70));
+    assert!(is_free(&nodes, "nobody-reads"));
 }

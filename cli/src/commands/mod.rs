@@ -278,7 +278,11 @@ pub(crate) fn init_tracing(format: LogFormat, default_level: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // An event that cannot be written (stderr's reader gone, as in `2>&1 | head`) is
+        // dropped: by default the subscriber reports that with `eprintln!` to the same stderr,
+        // which panics, and the command would end with 101 instead of its own exit code.
+        .log_internal_errors(false);
     match format {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().init(),
