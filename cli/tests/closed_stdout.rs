@@ -50,8 +50,8 @@ fn readerless_pipe_end() -> std::os::fd::OwnedFd {
     write_end
 }
 
-/// Whether the lock is free on every master, by `redquorum status`.
-fn is_free(nodes: &LocalNodes, lock: &str) -> bool {
+/// The lock is free on every master, by `redquorum status`.
+fn assert_free(nodes: &LocalNodes, lock: &str) {
     let status = redquorum(nodes, "status", &["--lock", lock], Stdio::piped());
     let text = String::from_utf8_lossy(&status.stdout);
     assert!(
@@ -59,7 +59,11 @@ fn is_free(nodes: &LocalNodes, lock: &str) -> bool {
         "{}",
         String::from_utf8_lossy(&status.stderr)
     );
-    text.starts_with(&format!("lock \"{lock}\": free")) && !text.contains("held")
+    assert!(
+        text.starts_with(&format!("lock \"{lock}\": free")),
+        "{text}"
+    );
+    assert!(!text.contains("held"), "{text}");
 }
 
 fn assert_reported_and_exited_70(out: &Output) {
@@ -78,7 +82,7 @@ fn acquire_gives_the_lock_back_when_its_token_cannot_be_written() {
     assert_reported_and_exited_70(&out);
 
     // Free on every master, and free to the next caller at once (no wait).
-    assert!(is_free(&nodes, "unread-token"));
+    assert_free(&nodes, "unread-token");
     let again = redquorum(
         &nodes,
         "acquire",
@@ -124,5 +128,5 @@ fn with_stderr_gone_too_the_command_still_exits_70_and_gives_the_lock_back() {
         stderr,
     );
     assert_eq!(out.status.code(), Some(70));
-    assert!(is_free(&nodes, "nobody-reads"));
+    assert_free(&nodes, "nobody-reads");
 }
