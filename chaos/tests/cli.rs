@@ -24,9 +24,16 @@ struct Ran {
 }
 
 fn chaos(args: &[&str]) -> Ran {
+    chaos_to(args, Stdio::piped())
+}
+
+/// Runs the runner with `stdout` as its stdout; its stderr is read.
+fn chaos_to(args: &[&str], stdout: Stdio) -> Ran {
     let out = Command::new(BIN)
         .args(args)
         .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
         .output()
         .unwrap();
     Ran {
@@ -93,18 +100,7 @@ fn list_names_every_scenario_with_what_it_expects() {
 fn chaos_into_a_closed_pipe(args: &[&str]) -> Ran {
     let (read_end, write_end): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
     drop(read_end);
-    let out = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(write_end))
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
-    let ran = Ran {
-        code: out.status.code(),
-        stdout: String::new(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
+    let ran = chaos_to(args, Stdio::from(write_end));
     assert!(!ran.stderr.contains("panicked"), "{}", ran.stderr);
     ran
 }
