@@ -20,6 +20,11 @@
 //! - `worker`: the worker process (the `worker` subcommand) and its commands.
 //! - `docker`: docker and compose through their clients; Redis probes.
 //! - `history`: the events and the shared clock; `rng`: the seeded generator.
+//! - `console`: the runner's lines on stdout and stderr, which never panic on a closed pipe.
+#![warn(clippy::print_stderr)]
+
+#[macro_use]
+mod console;
 mod checker;
 mod ctx;
 mod docker;
@@ -34,7 +39,6 @@ mod scenarios;
 mod settings;
 mod worker;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -42,6 +46,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::{Parser, Subcommand};
 
 use crate::checker::Verdict;
+use crate::console::say;
 use crate::docker::Docker;
 use crate::runner::LiveProjects;
 use crate::scenario::Scenario;
@@ -118,7 +123,7 @@ fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("redquorum-chaos: cannot start the async runtime: {e}");
+            tell!("redquorum-chaos: cannot start the async runtime: {e}");
             return ExitCode::from(EXIT_SETUP);
         }
     };
@@ -130,19 +135,12 @@ fn main() -> ExitCode {
             Cmd::Worker(args) => match worker::run(args).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("worker: {e}");
+                    tell!("worker: {e}");
                     ExitCode::from(EXIT_SETUP)
                 }
             },
         }
     })
-}
-
-/// Writes one line of the runner's report to stdout. A reader that has gone (`| head`) makes
-/// the write fail with a broken pipe, which `println!` would turn into a panic; here it only
-/// ends the output: the exit code is still the verdict, and a run's reports are on disk.
-fn say(line: std::fmt::Arguments) -> std::io::Result<()> {
-    writeln!(std::io::stdout().lock(), "{line}")
 }
 
 /// Prints the catalogue; a reader that stops early ends the listing quietly.
@@ -159,13 +157,13 @@ fn list() -> ExitCode {
 
 fn check(path: &PathBuf, name: &str) -> ExitCode {
     let Some(scenario) = scenarios::all().into_iter().find(|s| s.name == name) else {
-        eprintln!("unknown scenario {name}; see `redquorum-chaos list`");
+        tell!("unknown scenario {name}; see `redquorum-chaos list`");
         return ExitCode::from(EXIT_SETUP);
     };
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("{}: {e}", path.display());
+            tell!("{}: {e}", path.display());
             return ExitCode::from(EXIT_SETUP);
         }
     };
@@ -178,7 +176,7 @@ fn check(path: &PathBuf, name: &str) -> ExitCode {
         match serde_json::from_str(line) {
             Ok(e) => events.push(e),
             Err(e) => {
-                eprintln!("{}:{}: {e}", path.display(), i + 1);
+                tell!("{}:{}: {e}", path.display(), i + 1);
                 return ExitCode::from(EXIT_SETUP);
             }
         }
@@ -222,7 +220,7 @@ async fn run(args: RunArgs) -> ExitCode {
             match all.iter().find(|s| s.name == name) {
                 Some(s) => chosen.push(s.clone()),
                 None => {
-                    eprintln!("unknown scenario {name}; see `redquorum-chaos list`");
+                    tell!("unknown scenario {name}; see `redquorum-chaos list`");
                     return ExitCode::from(EXIT_SETUP);
                 }
             }
@@ -233,11 +231,11 @@ async fn run(args: RunArgs) -> ExitCode {
     let docker = match Docker::detect().await {
         Ok(d) => d,
         Err(e) if args.skip_without_docker => {
-            eprintln!("redquorum-chaos: skipped: {e}");
+            tell!("redquorum-chaos: skipped: {e}");
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!(
+            tell!(
                 "redquorum-chaos: {e}.\nThe chaos suite needs a Docker engine and compose; pass --skip-without-docker to skip it where there is none."
             );
             return ExitCode::from(EXIT_SETUP);
@@ -250,7 +248,7 @@ async fn run(args: RunArgs) -> ExitCode {
     let root = root.canonicalize().unwrap_or(root);
     if !root.join("docker-compose.yml").is_file() || !root.join("chaos/compose.chaos.yml").is_file()
     {
-        eprintln!(
+        tell!(
             "redquorum-chaos: {} has no docker-compose.yml and chaos/compose.chaos.yml; pass --root",
             root.display()
         );
@@ -259,14 +257,14 @@ async fn run(args: RunArgs) -> ExitCode {
     let redis_image = match pick_image(&docker, args.redis_image.clone()).await {
         Ok(i) => i,
         Err(e) => {
-            eprintln!("redquorum-chaos: {e}");
+            tell!("redquorum-chaos: {e}");
             return ExitCode::from(EXIT_SETUP);
         }
     };
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("redquorum-chaos: cannot find this executable: {e}");
+            tell!("redquorum-chaos: cannot find this executable: {e}");
             return ExitCode::from(EXIT_SETUP);
         }
     };
@@ -281,7 +279,7 @@ async fn run(args: RunArgs) -> ExitCode {
         .unwrap_or_else(|| root.join("target/chaos"))
         .join(format!("{}-seed{seed}", now.as_secs()));
     if let Err(e) = std::fs::create_dir_all(&out_dir) {
-        eprintln!("redquorum-chaos: {}: {e}", out_dir.display());
+        tell!("redquorum-chaos: {}: {e}", out_dir.display());
         return ExitCode::from(EXIT_SETUP);
     }
     let names: Vec<&str> = selected.iter().map(|s| s.name).collect();
@@ -294,7 +292,7 @@ async fn run(args: RunArgs) -> ExitCode {
         },
         if args.ci { " --ci" } else { "" }
     );
-    eprintln!(
+    tell!(
         "redquorum-chaos: {} scenario(s), seed {seed}, {}, image {redis_image}, {}; reports in {}",
         selected.len(),
         if args.ci { "CI-sized" } else { "full" },
@@ -316,7 +314,7 @@ async fn run(args: RunArgs) -> ExitCode {
         let mut outcomes = Vec::new();
         for (i, s) in selected.iter().enumerate() {
             let o = runner::run_scenario(&docker, &settings, s, i, &live).await;
-            eprintln!(
+            tell!(
                 "   {} -> {}{}",
                 s.name,
                 o.verdict.label(),
@@ -333,11 +331,11 @@ async fn run(args: RunArgs) -> ExitCode {
     let outcomes = tokio::select! {
         o = suite => o,
         () = interrupted() => {
-            eprintln!("redquorum-chaos: interrupted; taking the compose projects down");
+            tell!("redquorum-chaos: interrupted; taking the compose projects down");
             let projects = live.lock().map(|l| l.clone()).unwrap_or_default();
             for p in projects {
                 if let Err(e) = p.down().await {
-                    eprintln!("   {}: {e}", p.name);
+                    tell!("   {}: {e}", p.name);
                 }
             }
             return ExitCode::from(EXIT_INTERRUPTED);
@@ -361,7 +359,7 @@ async fn run(args: RunArgs) -> ExitCode {
                 ))
             });
         }
-        Err(e) => eprintln!("redquorum-chaos: cannot write the report: {e}"),
+        Err(e) => tell!("redquorum-chaos: cannot write the report: {e}"),
     }
     let failed: Vec<&str> = outcomes
         .iter()

@@ -40,7 +40,7 @@ pub(crate) async fn run_scenario(
     }
     let history: Arc<Mutex<Vec<Event>>> = Arc::default();
     let name = format!("rqchaos-{}-{}", settings.tag, index + 1);
-    eprintln!("== {} ({name})", scenario.name);
+    tell!("== {} ({name})", scenario.name);
 
     let project = match bring_up(docker, settings, scenario, &name, seed, live).await {
         Ok(p) => p,
@@ -59,12 +59,12 @@ pub(crate) async fn run_scenario(
         scenarios::body(scenario, &mut ctx, &settings.size).await
     };
     if let Err(e) = body.await {
-        eprintln!("   {}: {e}", scenario.name);
+        tell!("   {}: {e}", scenario.name);
         problems.push(e);
     }
     ctx.shutdown().await;
     if let Err(e) = project.down().await {
-        eprintln!("   tear-down of {name}: {e}");
+        tell!("   tear-down of {name}: {e}");
     }
     if let Ok(mut l) = live.lock() {
         l.retain(|p| p.name != project.name);
@@ -72,7 +72,7 @@ pub(crate) async fn run_scenario(
 
     let events = history.lock().map(|h| h.clone()).unwrap_or_default();
     if let Err(e) = write_history(&dir.join("history.jsonl"), &events) {
-        eprintln!("   cannot save the history: {e}");
+        tell!("   cannot save the history: {e}");
     }
     let analysis = checker::analyse(&events);
     let (verdict, reasons) = checker::judge(&analysis, &scenario.expect, &problems);
@@ -94,7 +94,7 @@ fn failed_outcome(
     started: Instant,
     problem: String,
 ) -> ScenarioOutcome {
-    eprintln!("   {}: {problem}", scenario.name);
+    tell!("   {}: {problem}", scenario.name);
     ScenarioOutcome {
         scenario: scenario.clone(),
         seed,

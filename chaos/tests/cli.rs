@@ -24,16 +24,16 @@ struct Ran {
 }
 
 fn chaos(args: &[&str]) -> Ran {
-    chaos_to(args, Stdio::piped())
+    chaos_to(args, Stdio::piped(), Stdio::piped())
 }
 
-/// Runs the runner with `stdout` as its stdout; its stderr is read.
-fn chaos_to(args: &[&str], stdout: Stdio) -> Ran {
+/// Runs the runner with `stdout` and `stderr` as its own; what goes into a piped one is read.
+fn chaos_to(args: &[&str], stdout: Stdio, stderr: Stdio) -> Ran {
     let out = Command::new(BIN)
         .args(args)
         .stdin(Stdio::null())
         .stdout(stdout)
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .output()
         .unwrap();
     Ran {
@@ -96,11 +96,16 @@ fn list_names_every_scenario_with_what_it_expects() {
     assert_eq!(unique.len(), names.len(), "scenario names repeat:\n{text}");
 }
 
-/// Runs the runner with a stdout whose reader is gone before it writes its first line.
-fn chaos_into_a_closed_pipe(args: &[&str]) -> Ran {
+/// A pipe whose reader is gone before anything is written: every write to it fails.
+fn closed_pipe() -> Stdio {
     let (read_end, write_end): (OwnedFd, OwnedFd) = nix::unistd::pipe().unwrap();
     drop(read_end);
-    let ran = chaos_to(args, Stdio::from(write_end));
+    Stdio::from(write_end)
+}
+
+/// Runs the runner with a stdout whose reader is gone before it writes its first line.
+fn chaos_into_a_closed_pipe(args: &[&str]) -> Ran {
+    let ran = chaos_to(args, closed_pipe(), Stdio::piped());
     assert!(!ran.stderr.contains("panicked"), "{}", ran.stderr);
     ran
 }
@@ -206,4 +211,25 @@ fn an_unknown_scenario_is_refused_before_anything_runs() {
         &[],
         &["unknown scenario no-such-scenario"],
     );
+}
+
+/// A refusal still exits with its code when nobody reads stderr (a panic would make it 101).
+#[test]
+fn refusals_into_a_closed_stderr_still_exit_with_their_code() {
+    let unknown = chaos_to(
+        &["run", "--scenario", "no-such-scenario"],
+        Stdio::piped(),
+        closed_pipe(),
+    );
+    assert_ran(&unknown, 2, &[], &[]);
+    assert!(unknown.stdout.is_empty(), "nothing ran: {}", unknown.stdout);
+
+    let missing = std::env::temp_dir().join("redquorum-chaos-no-such-history.jsonl");
+    let args = [
+        "check",
+        "--scenario",
+        "paused-holder-fencing",
+        missing.to_str().unwrap(),
+    ];
+    assert_ran(&chaos_to(&args, Stdio::piped(), closed_pipe()), 2, &[], &[]);
 }

@@ -83,7 +83,7 @@ impl Ctx {
     /// Starts a phase.
     pub(crate) fn phase(&self, name: impl Into<String>, kind: PhaseKind) {
         let name = name.into();
-        eprintln!("   phase: {name}");
+        tell!("   phase: {name}");
         self.record(EventKind::Phase { name, kind });
     }
 
@@ -163,7 +163,7 @@ impl Ctx {
             action: action.to_owned(),
             targets: vec![format!("worker{id}")],
         });
-        eprintln!("   fault {fault}: {action} worker{id}");
+        tell!("   fault {fault}: {action} worker{id}");
         let w = self.worker(id)?;
         let pid = w.pid;
         w.stopped = stop;
@@ -192,7 +192,7 @@ impl Ctx {
             action: action.as_str().to_owned(),
             targets: targets.to_vec(),
         });
-        eprintln!("   fault {id}: {} {}", action.as_str(), targets.join(","));
+        tell!("   fault {id}: {} {}", action.as_str(), targets.join(","));
         let result = self.faults.inject(action, targets, &mut self.rng).await;
         let result = match result {
             Ok(()) => self.faults.confirm(action, targets).await,

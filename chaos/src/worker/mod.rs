@@ -171,7 +171,7 @@ async fn read_commands(tx: mpsc::UnboundedSender<Command>, stop: Arc<AtomicBool>
             Ok(Some(line)) => match serde_json::from_str::<Command>(&line) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("worker: ignoring a bad command ({e}): {line}");
+                    tell!("worker: ignoring a bad command ({e}): {line}");
                     continue;
                 }
             },
