@@ -10,6 +10,8 @@
 //! under contention, what the runtime's threads did (`runtime_counts.rs`) and what each of
 //! their wake-ups brought the clients (`wake_ups.rs`).
 
+#![warn(clippy::print_stderr)]
+
 mod contenders;
 mod report;
 mod runtime_counts;
@@ -196,7 +198,7 @@ fn run(s: &Settings, urls: &[String], masters: &MastersCpu) -> Result<Rows, Stri
         ),
     };
     for repeat in 1..=s.repeat {
-        eprintln!("repeat {repeat} of {}", s.repeat);
+        tell(format_args!("repeat {repeat} of {}", s.repeat));
         for (row, multi, fan_out) in [
             (&mut rows.bare, true, FanOut::RedisRs),
             (&mut rows.bare_current_thread, false, FanOut::RedisRs),
@@ -232,6 +234,12 @@ fn run(s: &Settings, urls: &[String], masters: &MastersCpu) -> Result<Rows, Stri
     Ok(rows)
 }
 
+/// Writes one line of progress or a complaint to stderr, dropping it when nobody reads stderr
+/// (`eprintln!` would panic there, and the exit code would no longer say what happened).
+fn tell(line: std::fmt::Arguments) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 fn main() -> ExitCode {
     if std::env::args().any(|a| a == "-h" || a == "--help") {
         let _ = writeln!(std::io::stdout().lock(), "{USAGE}");
@@ -240,21 +248,23 @@ fn main() -> ExitCode {
     let s = match settings() {
         Ok(s) => s,
         Err(message) => {
-            eprintln!("{message}");
+            tell(format_args!("{message}"));
             return ExitCode::from(64);
         }
     };
     let nodes = match LocalNodes::start(5) {
         Ok(nodes) => nodes,
         Err(e) => {
-            eprintln!("could not start five local redis-server masters: {e}");
+            tell(format_args!(
+                "could not start five local redis-server masters: {e}"
+            ));
             return ExitCode::from(69);
         }
     };
     let rows = match run(&s, &nodes.urls(), &nodes.masters_cpu()) {
         Ok(rows) => rows,
         Err(e) => {
-            eprintln!("{e}");
+            tell(format_args!("{e}"));
             return ExitCode::FAILURE;
         }
     };
