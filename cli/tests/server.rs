@@ -444,6 +444,32 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
             400,
             "unknown_field",
         ),
+        // A field named twice is refused, not read as its last value: the held lock's own
+        // token, given last, must not release it.
+        (
+            "POST",
+            "/v1/locks/x".into(),
+            r#"{"ttl_ms": 10000, "ttl_ms": 20}"#.into(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/release".into(),
+            format!(r#"{{"token": "{}", "token": "{token}"}}"#, "f".repeat(32)),
+            400,
+            "invalid_json",
+        ),
+        (
+            "POST",
+            "/v1/multi/release".into(),
+            format!(
+                r#"{{"tokens": {{"held": "{}", "held": "{token}"}}}}"#,
+                "f".repeat(32)
+            ),
+            400,
+            "invalid_json",
+        ),
         (
             "POST",
             "/v1/locks/x".into(),

@@ -14,6 +14,7 @@ mod multi;
 mod request;
 mod routes;
 mod session;
+mod unique_json;
 mod units;
 
 use std::future::Future;

@@ -1,10 +1,11 @@
 //! Request bodies: size-limited JSON objects whose fields are checked one by one, so that each
-//! bad field gets its own stable error code and unknown fields are refused.
+//! bad field gets its own stable error code, and unknown or repeated fields are refused.
 
 use axum::extract::{FromRequest, Request};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
+use super::unique_json;
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -29,11 +30,15 @@ impl<S: Send + Sync> FromRequest<S> for Fields {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Fields(Map::new()));
         }
-        match serde_json::from_slice::<Value>(&bytes) {
+        match unique_json::from_slice(&bytes) {
             Ok(Value::Object(map)) => Ok(Fields(map)),
             Ok(_) => Err(ApiError::bad_request(
                 "invalid_json",
                 "the body must be a JSON object",
+            )),
+            Err(e) if e.is_data() => Err(ApiError::bad_request(
+                "invalid_json",
+                format!("the body must name each field once: {e}"),
             )),
             Err(e) => Err(ApiError::bad_request(
                 "invalid_json",
