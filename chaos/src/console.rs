@@ -12,8 +12,8 @@ pub(crate) fn say(line: std::fmt::Arguments) -> std::io::Result<()> {
     writeln!(std::io::stdout().lock(), "{line}")
 }
 
-/// Writes one line of progress to stderr. A line that cannot be written is dropped: the run's
-/// history and reports go to files, and its exit code is its verdict.
+/// Writes one line of progress or a complaint to stderr. A line that cannot be written is
+/// dropped: the run's history and reports go to files, and its exit code is its verdict.
 pub(crate) fn tell(line: std::fmt::Arguments) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }

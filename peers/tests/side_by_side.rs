@@ -1,5 +1,5 @@
 //! The comparison runs every client against real masters, keeps mutual exclusion in every
-//! contended run, and refuses flags it does not know.
+//! contended run, and refuses flags it does not know, whether or not its stderr is read.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -115,4 +115,14 @@ fn unknown_flags_are_refused_with_the_usage() {
         .expect("run redquorum-peers --help");
     assert!(help.status.success());
     assert!(String::from_utf8_lossy(&help.stdout).contains("--repeat"));
+
+    // With nobody reading stderr the refusal still exits 64 (a panic on the write made it 101).
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let unread = Command::new(env!("CARGO_BIN_EXE_redquorum-peers"))
+        .args(["--fast", "yes"])
+        .stderr(writer)
+        .status()
+        .expect("run redquorum-peers");
+    assert_eq!(unread.code(), Some(64));
 }
