@@ -2,7 +2,7 @@
 //! contended run, and refuses flags it does not know, whether or not its stderr is read.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// The rows of the table whose header contains `header`.
 fn table_rows<'a>(stdout: &'a str, header: &str) -> Vec<&'a str> {
@@ -117,11 +117,12 @@ fn unknown_flags_are_refused_with_the_usage() {
     assert!(String::from_utf8_lossy(&help.stdout).contains("--repeat"));
 
     // With nobody reading stderr the refusal still exits 64 (a panic on the write made it 101).
-    let (reader, writer) = std::io::pipe().expect("pipe");
+    // (`nix`'s pipe, as `std::io::pipe` is newer than the crate's minimum Rust.)
+    let (reader, writer) = nix::unistd::pipe().expect("pipe");
     drop(reader);
     let unread = Command::new(env!("CARGO_BIN_EXE_redquorum-peers"))
         .args(["--fast", "yes"])
-        .stderr(writer)
+        .stderr(Stdio::from(writer))
         .status()
         .expect("run redquorum-peers");
     assert_eq!(unread.code(), Some(64));
