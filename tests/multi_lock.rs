@@ -132,6 +132,59 @@ async fn names_held_stay_alive_while_a_later_one_is_waited_for() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_dropped_while_it_waits_gives_back_the_names_it_took() {
+    let nodes = common::nodes(3);
+    let (holder, multi, rival) = (
+        common::client(&nodes),
+        common::client(&nodes),
+        common::client(&nodes),
+    );
+    let later = holder
+        .try_acquire("later", &common::opts(30_000))
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        // A TTL far longer than the test: only a release frees "earlier".
+        let opts = common::opts(30_000).wait(Duration::from_secs(30));
+        multi.acquire_all(&["earlier", "later"], &opts).await
+    });
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            nodes_storing(&nodes, "earlier").await == 3
+        })
+        .await,
+        "the multi-lock took \"earlier\" and waits for \"later\""
+    );
+    // The caller stops waiting: the future is dropped half-way.
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            nodes_storing(&nodes, "earlier").await == 0
+        })
+        .await,
+        "\"earlier\" is still held by the dropped multi-lock, until its TTL"
+    );
+    let earlier = rival
+        .try_acquire("earlier", &common::opts(5_000))
+        .await
+        .expect("free again");
+    earlier.release().await.unwrap();
+    // The name waited for was never the dropped multi-lock's.
+    assert!(common::token_everywhere(&nodes, "later", later.token()).await);
+    later.release().await.unwrap();
+}
+
+/// On how many of the nodes `name` is held, by anyone.
+async fn nodes_storing(nodes: &redquorum_testkit::LocalNodes, name: &str) -> usize {
+    let mut held = 0;
+    for i in 0..nodes.len() {
+        held += usize::from(common::stored_token(nodes, i, name).await.is_some());
+    }
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_guarded_multi_lock_renews_every_name_and_is_lost_with_one() {
     let nodes = common::nodes(3);
     let client = common::client(&nodes);

@@ -158,8 +158,10 @@ impl Client {
     /// all or nothing: a multi-lock. Names are deduplicated and taken one after the other in
     /// byte order, so that multi-locks over overlapping names cannot deadlock; `opts.wait`
     /// bounds the whole acquire. While a later name is waited for, the names held are kept
-    /// alive; if one cannot be had, those already taken are released. The multi-lock's
-    /// validity is the shortest of its names'; each name has its own fencing token.
+    /// alive; if one cannot be had, those already taken are released, and if the returned
+    /// future is dropped before it finishes, they are released in the background (or expire at
+    /// their TTL when there is no runtime). The multi-lock's validity is the shortest of its
+    /// names'; each name has its own fencing token.
     ///
     /// ```no_run
     /// # async fn f(client: redquorum::Client) -> Result<(), redquorum::Error> {

@@ -5,7 +5,7 @@
 //! both take their shared names in the same order, so neither can hold one the other waits for
 //! while waiting for one the other holds. While it waits for a later name, a multi-lock keeps
 //! the names it holds alive (it extends them before they run low) and gives them all back if
-//! the wait runs out.
+//! the wait runs out or the caller stops waiting.
 
 mod guard;
 
@@ -100,18 +100,20 @@ pub(crate) async fn acquire_all(
     opts.validate(&cluster.settings)?;
     let started = Instant::now();
     let wait_until = started + wait;
-    let mut held: Vec<Lock> = Vec::with_capacity(names.len());
+    let mut taken = Taken(Vec::with_capacity(names.len()));
     for name in names {
-        match take_keeping_alive(cluster, name, opts, wait_until, &mut held).await {
-            Ok(lock) => held.push(lock),
+        match take_keeping_alive(cluster, name, opts, wait_until, &mut taken.0).await {
+            Ok(lock) => taken.0.push(lock),
             Err(e) => {
-                give_back(held).await;
+                give_back(taken.finish()).await;
                 return Err(e);
             }
         }
     }
     // The first names' validity ran down while the last were taken.
-    let all = MultiLock { locks: held };
+    let all = MultiLock {
+        locks: taken.finish(),
+    };
     if all.remaining() < opts.min_validity {
         let name = all.locks.first().map(|l| l.name().to_owned());
         give_back(all.into_locks()).await;
@@ -126,6 +128,35 @@ pub(crate) async fn acquire_all(
         });
     }
     Ok(all)
+}
+
+/// The names a multi-lock has taken so far. Should its future be dropped before it finishes (a
+/// caller that stopped waiting, a request whose client left), they are given back in the
+/// background instead of staying held, by nobody, until their TTL.
+struct Taken(Vec<Lock>);
+
+impl Taken {
+    /// The names, which the caller now answers for.
+    fn finish(&mut self) -> Vec<Lock> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let locks = self.finish();
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(give_back(locks));
+            }
+            Err(_) => {
+                debug!("a multi-lock dropped without a runtime: its names expire at their TTL")
+            }
+        }
+    }
 }
 
 /// Takes `name`, in turns short enough that the names in `held` never run low meanwhile:
