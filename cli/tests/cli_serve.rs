@@ -114,6 +114,35 @@ async fn serve_refuses_a_public_address_without_auth() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refuses_an_idle_timeout_out_of_range() {
+    for (timeout, said) in [
+        ("0s", "not 0s"),
+        ("500ms", "not 500ms"),
+        ("2days", "not 2days"),
+        ("soon", "invalid value"),
+    ] {
+        let out = Command::new(BIN)
+            .args([
+                "serve",
+                "--nodes",
+                "redis://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+                "--idle-timeout",
+                timeout,
+            ])
+            .env_remove("REDQUORUM_AUTH_TOKEN")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{timeout}: {stderr}");
+        assert!(stderr.contains(said), "{timeout}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_dev_without_redis_server_says_how_to_install_it() {
     for env in [
         vec![("PATH", "/nonexistent".to_owned())],

@@ -10,6 +10,7 @@
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod http_common;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use redquorum::Client;
-use redquorum_cli::server::{AppOptions, BearerToken};
+use redquorum_cli::server::{AppOptions, BearerToken, ConnectionLimits};
 use redquorum_testkit::LocalNodes;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -73,32 +74,12 @@ async fn post(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
     call(app, "POST", uri, body.to_string(), None).await
 }
 
-/// A server on a real loopback socket; cancelled (and awaited) by the returned token and handle.
+/// A server on a real loopback socket, with the default connection limits; cancelled (and
+/// awaited) by the returned token and handle.
 async fn spawn_server(
     nodes: &LocalNodes,
 ) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<()>) {
-    let sessions = CancellationToken::new();
-    let router = redquorum_cli::server::app(
-        client(nodes),
-        AppOptions {
-            shutdown: sessions.clone(),
-            ..AppOptions::default()
-        },
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = CancellationToken::new();
-    let stopped = stop.clone();
-    let task = tokio::spawn(redquorum_cli::server::serve(
-        listener,
-        router,
-        None,
-        sessions,
-        async move {
-            stopped.cancelled().await;
-        },
-    ));
-    (addr, stop, task)
+    http_common::spawn_server(client(nodes), ConnectionLimits::default()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

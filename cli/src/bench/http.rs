@@ -169,7 +169,12 @@ pub(super) async fn http(
     let addr = listener.local_addr()?;
     let stop = tokio_util::sync::CancellationToken::new();
     let router = crate::server::app(client.clone(), crate::server::AppOptions::default());
-    let server = tokio::spawn(crate::server::serve_http(listener, router, stop.clone()));
+    let server = tokio::spawn(crate::server::serve_http(
+        listener,
+        router,
+        stop.clone(),
+        crate::server::ConnectionLimits::default(),
+    ));
     let result = tokio::time::timeout(RUN_LIMIT, alternating(client, addr, pairs, masters)).await;
     stop.cancel();
     let _ = server.await;

@@ -39,6 +39,9 @@ pub(crate) struct Config {
     /// `serve`: allow a non-loopback address without a token.
     #[serde(default)]
     pub(crate) allow_unauthenticated: Option<bool>,
+    /// `serve`: how long a client may keep the server waiting for a request, e.g. "75s".
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) idle_timeout: Option<Duration>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
@@ -73,6 +76,13 @@ mod tests {
         assert_eq!(config.max_ttl, None);
         assert_eq!(config.quarantine, None);
         assert_eq!(config.listen, Some("127.0.0.1:7700".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_idle_timeout_is_a_duration() {
+        let config: Config = toml::from_str("idle_timeout = \"90s\"").unwrap();
+        assert_eq!(config.idle_timeout, Some(Duration::from_secs(90)));
+        assert!(toml::from_str::<Config>("idle_timeout = 90").is_err());
     }
 
     #[test]

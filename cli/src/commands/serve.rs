@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use redquorum_cli::server::{AppOptions, BearerToken};
+use redquorum_cli::server::{AppOptions, BearerToken, ConnectionLimits, DEFAULT_IDLE_TIMEOUT};
 use redquorum_testkit::LocalNodes;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -14,6 +14,13 @@ use super::{EXIT_OK, EXIT_SOFTWARE, NodeArgs, build, usage};
 
 /// Default address of the API.
 const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 7700);
+
+/// Shortest idle timeout accepted: a client on a slow network needs some time to send a
+/// request.
+const MIN_IDLE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Longest idle timeout accepted.
+const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
@@ -29,6 +36,11 @@ pub(crate) struct ServeArgs {
     /// File holding the bearer token clients must send (REDQUORUM_AUTH_TOKEN takes precedence).
     #[arg(long, env = "REDQUORUM_AUTH_TOKEN_FILE")]
     auth_token_file: Option<PathBuf>,
+    /// How long a client may keep the server waiting: for the head of its next request on an
+    /// open connection (an idle connection is closed after it), and for a request's body
+    /// [default: 75s].
+    #[arg(long, env = "REDQUORUM_IDLE_TIMEOUT", value_parser = humantime::parse_duration)]
+    idle_timeout: Option<Duration>,
     /// Serve on a non-loopback address without a bearer token.
     #[arg(long, env = "REDQUORUM_ALLOW_UNAUTHENTICATED")]
     allow_unauthenticated: bool,
@@ -56,6 +68,18 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
         Err(m) => return usage(&m),
     };
     let listen = args.listen.or(config.listen).unwrap_or(DEFAULT_LISTEN);
+    let idle_timeout = args
+        .idle_timeout
+        .or(config.idle_timeout)
+        .unwrap_or(DEFAULT_IDLE_TIMEOUT);
+    if !(MIN_IDLE_TIMEOUT..=MAX_IDLE_TIMEOUT).contains(&idle_timeout) {
+        return usage(&format!(
+            "the idle timeout must be from {} to {}, not {}",
+            humantime::format_duration(MIN_IDLE_TIMEOUT),
+            humantime::format_duration(MAX_IDLE_TIMEOUT),
+            humantime::format_duration(idle_timeout)
+        ));
+    }
     let open_ok = args.allow_unauthenticated || config.allow_unauthenticated == Some(true);
     if auth.is_none() && !listen.ip().is_loopback() && !open_ok {
         return usage(&format!(
@@ -130,6 +154,7 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
                 None
             },
             shutdown: sessions.clone(),
+            body_timeout: idle_timeout,
         },
     );
     let metrics_side = match (metrics_listener, metrics) {
@@ -151,7 +176,11 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
     let shutdown = async {
         stop_requested().await;
     };
-    redquorum_cli::server::serve(listener, router, metrics_side, sessions, shutdown).await;
+    let limits = ConnectionLimits {
+        idle_timeout,
+        ..ConnectionLimits::default()
+    };
+    redquorum_cli::server::serve(listener, router, metrics_side, sessions, shutdown, limits).await;
     // Stops the --dev masters.
     drop(dev_nodes);
     tracing::info!("stopped");

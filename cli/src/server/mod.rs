@@ -18,10 +18,11 @@ mod unique_json;
 mod units;
 
 use std::future::Future;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use inline::Inline;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -40,22 +41,69 @@ pub use routes::{MAX_HTTP_WAIT, doctor_json};
 
 use redquorum::Client;
 
+/// How long a client may leave the server waiting, unless configured: for the head of its next
+/// request on an open connection, and for a request's body. Longer than the idle timeout of
+/// the load balancers usually put in front (60 s by default on the common ones), so that the
+/// server does not close a connection that a balancer is about to reuse.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
+
+/// How long, after the stop signal, a connection may take to finish the request it is on.
+/// Requests that could wait longer (acquires with a wait) are answered at once instead.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// What the handlers share.
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub(crate) client: Client,
     pub(crate) shutdown: CancellationToken,
+    pub(crate) body_timeout: Duration,
 }
 
 /// How the app is put together.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct AppOptions {
     /// Required on every `/v1` request when set.
     pub auth: Option<BearerToken>,
     /// Serves `GET /metrics` from this handle when set.
     pub metrics: Option<PrometheusHandle>,
-    /// Cancelled when the server shuts down: sessions release their locks and end.
+    /// Cancelled when the server shuts down: sessions release their locks and end, and waiting
+    /// acquires give up their place and are answered `shutting_down`.
     pub shutdown: CancellationToken,
+    /// How long a request's body may take to arrive once its head has: longer is answered
+    /// `body_timeout`.
+    pub body_timeout: Duration,
+}
+
+impl Default for AppOptions {
+    fn default() -> Self {
+        AppOptions {
+            auth: None,
+            metrics: None,
+            shutdown: CancellationToken::new(),
+            body_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
+/// How `serve` treats its connections.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionLimits {
+    /// A connection that sends no complete request head for this long, counted from when it
+    /// opened or from its last answer, is closed: idle keep-alive connections, and requests
+    /// that arrive too slowly to be served.
+    pub idle_timeout: Duration,
+    /// After the stop signal, how long a connection may take to finish the request it is on
+    /// before it is closed.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+        }
+    }
 }
 
 /// The router: `/v1/locks/...`, `/v1/multi...` and `/v1/doctor` (behind the bearer token, if
@@ -64,6 +112,7 @@ pub fn app(client: Client, options: AppOptions) -> Router {
     let state = AppState {
         client,
         shutdown: options.shutdown,
+        body_timeout: options.body_timeout,
     };
     let api = Router::new()
         .route(
@@ -129,9 +178,15 @@ async fn accept(listener: &TcpListener) -> std::io::Result<TcpStream> {
 }
 
 /// Serves `router` on every connection `listener` accepts (HTTP/1.1, keep-alive) until `stop`
-/// is cancelled; then stops accepting, lets each connection finish the request it is on, and
-/// returns once they are all closed.
-pub(crate) async fn serve_http(listener: TcpListener, router: Router, stop: CancellationToken) {
+/// is cancelled; then stops accepting, lets each connection finish the request it is on
+/// within `limits.shutdown_grace`, closes the others (idle ones at once), and returns once they
+/// are all closed.
+pub(crate) async fn serve_http(
+    listener: TcpListener,
+    router: Router,
+    stop: CancellationToken,
+    limits: ConnectionLimits,
+) {
     let connections = TaskTracker::new();
     loop {
         let stream = tokio::select! {
@@ -156,13 +211,27 @@ pub(crate) async fn serve_http(listener: TcpListener, router: Router, stop: Canc
         // `inline.rs`).
         connections.spawn(Inline::new(async move {
             let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.idle_timeout)
                 .serve_connection(TokioIo::new(stream), service);
             let mut connection = std::pin::pin!(connection);
             let result = tokio::select! {
                 result = connection.as_mut() => result,
                 () = stop.cancelled() => {
+                    // Closes the connection if it is between requests; but one that has sent
+                    // nothing yet, or part of a request, counts as busy, and would hold the
+                    // shutdown up for as long as its client keeps it open.
                     connection.as_mut().graceful_shutdown();
-                    connection.await
+                    match tokio::time::timeout(limits.shutdown_grace, connection).await {
+                        Ok(result) => result,
+                        Err(_) => {
+                            tracing::info!(
+                                "closing a connection still busy {:?} after the stop signal",
+                                limits.shutdown_grace
+                            );
+                            return;
+                        }
+                    }
                 }
             };
             if let Err(e) = result {
@@ -190,13 +259,15 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 
 /// Serves `router` (and `metrics`, on its own listener, if given) until `shutdown` resolves;
 /// then stops accepting, cancels `sessions` (which release their locks and end their
-/// streams), and waits for requests in flight.
+/// streams, and ends waiting acquires), and waits for requests in flight, each for at most
+/// `limits.shutdown_grace`.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     metrics: Option<(TcpListener, Router)>,
     sessions: CancellationToken,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: ConnectionLimits,
 ) {
     let stop = CancellationToken::new();
     let trigger = stop.clone();
@@ -208,9 +279,9 @@ pub async fn serve(
     });
     let metrics_task = metrics.map(|(listener, router)| {
         let stop = stop.clone();
-        tokio::spawn(serve_http(listener, router, stop))
+        tokio::spawn(serve_http(listener, router, stop, limits))
     });
-    serve_http(listener, router, stop).await;
+    serve_http(listener, router, stop, limits).await;
     if let Some(task) = metrics_task
         && let Err(e) = task.await
     {

@@ -14,7 +14,10 @@ use super::AppState;
 use super::error::ApiError;
 use super::kind::{OwnerUse, inward, kind_fields, outward};
 use super::request::Fields;
-use super::routes::{ACQUIRE_FIELDS, acquire_params, body_kind, expires_at, millis, owner_to_log};
+use super::routes::{
+    ACQUIRE_FIELDS, acquire_params, body_kind, expires_at, millis, owner_to_log,
+    unless_shutting_down,
+};
 use super::units::millis_of;
 
 /// `POST /v1/multi`: take every one of `names` (each on its own quorum, of one kind), all or
@@ -31,7 +34,8 @@ pub(crate) async fn acquire(
         .ok_or_else(|| ApiError::bad_request("invalid_names", "names is required"))?;
     let params = acquire_params(&body)?;
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let multi = state.client.acquire_all(&names, &params.opts).await?;
+    let multi =
+        unless_shutting_down(&state, state.client.acquire_all(&names, &params.opts)).await?;
     tracing::debug!(
         locks = multi.locks().len(),
         kind = params.kind.kind.as_str(),

@@ -1,9 +1,11 @@
-//! Request bodies: size-limited JSON objects whose fields are checked one by one, so that each
-//! bad field gets its own stable error code, and unknown or repeated fields are refused.
+//! Request bodies: size- and time-limited JSON objects whose fields are checked one by one, so
+//! that each bad field gets its own stable error code, and unknown or repeated fields are
+//! refused.
 
 use axum::extract::{FromRequest, Request};
 use serde_json::{Map, Value};
 
+use super::AppState;
 use super::error::ApiError;
 use super::unique_json;
 
@@ -14,12 +16,25 @@ pub const MAX_BODY_BYTES: usize = 16 * 1024;
 #[derive(Debug)]
 pub(crate) struct Fields(Map<String, Value>);
 
-impl<S: Send + Sync> FromRequest<S> for Fields {
+impl FromRequest<AppState> for Fields {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
-        let bytes = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES)
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        // Without a limit, a client sending its body slowly holds its connection, and a
+        // shutdown, for as long as it likes.
+        let reading = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
+        let bytes = tokio::time::timeout(state.body_timeout, reading)
             .await
+            .map_err(|_| {
+                ApiError::new(
+                    axum::http::StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    format!(
+                        "the request body did not arrive within {} ms",
+                        state.body_timeout.as_millis()
+                    ),
+                )
+            })?
             .map_err(|_| {
                 ApiError::new(
                     axum::http::StatusCode::PAYLOAD_TOO_LARGE,

@@ -1,6 +1,7 @@
 //! The lock API's handlers: acquire, extend and release of a lock of any kind, the deployment
 //! check, and the health probes.
 
+use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use axum::Json;
@@ -83,6 +84,25 @@ pub(crate) fn body_kind(body: &Fields, owner_use: OwnerUse) -> Result<RequestKin
     request_kind(kind.as_deref(), permits, owner, owner_use)
 }
 
+/// `acquiring`, unless the server shuts down first: a waiting acquire would otherwise hold
+/// the shutdown up for as long as it may wait. Given up, it gives back what an attempt under
+/// way got and its place in the queue, as every dropped acquire does.
+pub(crate) async fn unless_shutting_down<T>(
+    state: &AppState,
+    acquiring: impl Future<Output = redquorum::Result<T>>,
+) -> Result<T, ApiError> {
+    tokio::select! {
+        // A request that comes in while the server stops asks no master.
+        biased;
+        () = state.shutdown.cancelled() => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down",
+            "the server is shutting down; ask another instance, or this one once it is back",
+        )),
+        result = acquiring => Ok(result?),
+    }
+}
+
 /// The fields every answer about a held lock carries.
 pub(crate) fn lock_json(
     lock_name: &str,
@@ -142,7 +162,7 @@ pub(crate) async fn acquire(
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;
     let params = acquire_params(&body.only(&ACQUIRE_FIELDS)?)?;
-    let lock = state.client.acquire(&name, &params.opts).await?;
+    let lock = unless_shutting_down(&state, state.client.acquire(&name, &params.opts)).await?;
     tracing::debug!(lock = %name, kind = lock.kind().as_str(), owner = owner_to_log(&params.kind), fence = lock.fence(), "acquired");
     let body = held(&lock, params.kind.owner.as_deref());
     // The caller holds the lock now; this process keeps nothing of it.

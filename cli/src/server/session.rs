@@ -21,6 +21,7 @@ use super::http_metrics::SESSIONS_OPEN;
 use super::request::Fields;
 use super::routes::{
     ACQUIRE_FIELDS, acquire_params, expires_at, lock_json, lock_name, owner_to_log,
+    unless_shutting_down,
 };
 use super::units::millis_of;
 use redquorum::{LockGuard, LockState, RenewOptions};
@@ -34,10 +35,13 @@ pub(crate) async fn session(
 ) -> Result<Response, ApiError> {
     let name = lock_name(path)?;
     let params = acquire_params(&body.only(&ACQUIRE_FIELDS)?)?;
-    let guard = state
-        .client
-        .acquire_guard(&name, &params.opts, RenewOptions::default())
-        .await?;
+    let guard = unless_shutting_down(
+        &state,
+        state
+            .client
+            .acquire_guard(&name, &params.opts, RenewOptions::default()),
+    )
+    .await?;
     tracing::info!(lock = %name, kind = params.kind.kind.as_str(), owner = owner_to_log(&params.kind), fence = guard.fence(), "session opened");
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let mut first = lock_json(

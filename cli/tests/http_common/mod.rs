@@ -1,19 +1,55 @@
 //! Requests through the coordinator's router without a socket, for the HTTP tests of lock
-//! kinds and multi-locks.
+//! kinds and multi-locks, and the coordinator on a real socket.
 #![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::net::SocketAddr;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use redquorum_cli::server::AppOptions;
+use redquorum_cli::server::{AppOptions, ConnectionLimits};
 use redquorum_testkit::LocalNodes;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 /// The router on a client with a generous per-node deadline (see `common::patient_client`).
 pub fn app(client: redquorum::Client) -> Router {
     redquorum_cli::server::app(client, AppOptions::default())
+}
+
+/// The coordinator on `client`, on a real loopback socket, with `limits` (a request's body is
+/// given the idle timeout). It stops when the returned token is cancelled, and the handle is
+/// finished once it has.
+pub async fn spawn_server(
+    client: redquorum::Client,
+    limits: ConnectionLimits,
+) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<()>) {
+    let sessions = CancellationToken::new();
+    let router = redquorum_cli::server::app(
+        client,
+        AppOptions {
+            shutdown: sessions.clone(),
+            body_timeout: limits.idle_timeout,
+            ..AppOptions::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let task = tokio::spawn(redquorum_cli::server::serve(
+        listener,
+        router,
+        None,
+        sessions,
+        async move {
+            stopped.cancelled().await;
+        },
+        limits,
+    ));
+    (addr, stop, task)
 }
 
 /// One request: (status, JSON body, or `Null` when the body is not JSON).

@@ -1,0 +1,241 @@
+//! How the coordinator treats its connections, on a real socket against real redis-server
+//! processes: idle, silent and slow clients are closed after the idle timeout, and a shutdown
+//! answers waiting acquires at once and closes what is still busy after its grace.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+// The harness the library's tests use (local masters, test-tuned clients), shared as is.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod http_common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use redquorum_cli::server::ConnectionLimits;
+use redquorum_testkit::LocalNodes;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Everything `conn` sends until it closes, or `None` if it is still open after `limit`.
+async fn read_until_closed(conn: &mut TcpStream, limit: Duration) -> Option<String> {
+    let mut bytes = Vec::new();
+    let reading = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match conn.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(limit, reading).await.ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Whether `conn` is open with nothing to read: the server has neither answered nor closed it.
+fn open_and_unanswered(conn: &TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(conn.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// One `GET /healthz` on a kept-alive connection; the answer's head and body.
+async fn healthz(conn: &mut TcpStream) -> String {
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !answer.ends_with(b"}") {
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut chunk))
+            .await
+            .expect("answered")
+            .unwrap();
+        assert!(n > 0, "closed instead of answering");
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// On how many of the nodes `name` is held, by anyone.
+async fn nodes_storing(nodes: &LocalNodes, name: &str) -> usize {
+    let mut held = 0;
+    for i in 0..nodes.len() {
+        held += usize::from(common::stored_token(nodes, i, name).await.is_some());
+    }
+    held
+}
+
+/// How many places `name`'s queue has on each node.
+async fn places(nodes: &LocalNodes, name: &str) -> Vec<usize> {
+    let mut counts = Vec::new();
+    for i in 0..nodes.len() {
+        let count: usize = redis::cmd("ZCARD")
+            .arg(common::queue_key(name))
+            .query_async(&mut common::raw(nodes, i).await)
+            .await
+            .unwrap();
+        counts.push(count);
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_slow_and_idle_connections_are_closed_after_the_idle_timeout() {
+    let nodes = common::nodes(3);
+    let limits = ConnectionLimits {
+        idle_timeout: Duration::from_secs(1),
+        ..ConnectionLimits::default()
+    };
+    let (addr, stop, task) =
+        http_common::spawn_server(common::patient_client(&nodes), limits).await;
+
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let mut half_head = TcpStream::connect(addr).await.unwrap();
+    half_head
+        .write_all(b"POST /v1/locks/slow HTTP/1.1\r\nHost: test\r\n")
+        .await
+        .unwrap();
+    let mut half_body = TcpStream::connect(addr).await.unwrap();
+    half_body
+        .write_all(
+            b"POST /v1/locks/slow HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n{\"ttl_ms\"",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for (what, conn) in [
+        ("silent", &silent),
+        ("half a head", &half_head),
+        ("half a body", &half_body),
+    ] {
+        assert!(
+            open_and_unanswered(conn),
+            "{what}: closed or answered before the idle timeout"
+        );
+    }
+
+    // A connection in use stays open past the idle timeout: each answer starts it anew.
+    let mut kept = TcpStream::connect(addr).await.unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let answer = healthz(&mut kept).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    for (what, conn) in [
+        ("silent", &mut silent),
+        ("half a head", &mut half_head),
+        ("kept alive, then idle", &mut kept),
+    ] {
+        let sent = read_until_closed(conn, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|| panic!("{what}: still open 5 s after the idle timeout"));
+        assert_eq!(sent, "", "{what}: closed without an answer");
+    }
+    let answer = read_until_closed(&mut half_body, Duration::from_secs(5))
+        .await
+        .expect("half a body: still open 5 s after the idle timeout");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(r#""error":"body_timeout""#), "{answer}");
+    // The request whose body never came asked no master for anything.
+    assert_eq!(nodes_storing(&nodes, "slow").await, 0);
+
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the server stopped")
+        .unwrap();
+}
+
+/// A `POST` of `body` to `path`, answered with (status, JSON body).
+async fn post(addr: SocketAddr, path: &str, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_answers_waiting_acquires_and_closes_connections_still_busy() {
+    let nodes = common::nodes(3);
+    let client = http_common::marked_client(&nodes).await;
+    // The idle timeout (75 s) is not what closes anything here.
+    let limits = ConnectionLimits {
+        shutdown_grace: Duration::from_secs(1),
+        ..ConnectionLimits::default()
+    };
+    let (addr, stop, task) = http_common::spawn_server(client, limits).await;
+
+    let (status, held) = post(addr, "/v1/locks/held", json!({"ttl_ms": 30_000})).await;
+    assert_eq!(status, 200, "{held}");
+    let token = held["token"].as_str().unwrap().to_owned();
+    let waiting = [
+        (
+            "/v1/locks/held",
+            json!({"wait_ms": 60_000, "ttl_ms": 30_000}),
+        ),
+        // Takes "a-free" first (names in byte order), then waits for "held".
+        (
+            "/v1/multi",
+            json!({"names": ["held", "a-free"], "wait_ms": 60_000, "ttl_ms": 30_000}),
+        ),
+        ("/v1/locks/held/session", json!({"wait_ms": 60_000})),
+    ]
+    .map(|(path, body)| tokio::spawn(post(addr, path, body)));
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let mut half_head = TcpStream::connect(addr).await.unwrap();
+    half_head
+        .write_all(b"POST /v1/locks/held HTTP/1.1\r\nHost: test\r\n")
+        .await
+        .unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            places(&nodes, "held").await == [3, 3, 3] && nodes_storing(&nodes, "a-free").await == 3
+        })
+        .await,
+        "the three requests did not come to wait: {:?} places, \"a-free\" on {} nodes",
+        places(&nodes, "held").await,
+        nodes_storing(&nodes, "a-free").await
+    );
+
+    stop.cancel();
+    for (i, request) in waiting.into_iter().enumerate() {
+        let (status, body) = tokio::time::timeout(Duration::from_secs(3), request)
+            .await
+            .unwrap_or_else(|_| panic!("waiting request {i} still waits after the stop signal"))
+            .unwrap();
+        assert_eq!(status, 503, "waiting request {i}: {body}");
+        assert_eq!(
+            body["error"], "shutting_down",
+            "waiting request {i}: {body}"
+        );
+    }
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the server stopped, past the connections still busy")
+        .unwrap();
+    for (what, conn) in [("silent", &mut silent), ("half a head", &mut half_head)] {
+        let sent = read_until_closed(conn, Duration::from_secs(1))
+            .await
+            .unwrap_or_else(|| panic!("{what}: open after the server stopped"));
+        assert_eq!(sent, "", "{what}");
+    }
+
+    // Nothing changed: the holder keeps the lock; the waiters' places and the name the
+    // multi-lock had taken are given back, not left to their TTL.
+    assert!(common::token_everywhere(&nodes, "held", &token).await);
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            places(&nodes, "held").await == [0, 0, 0] && nodes_storing(&nodes, "a-free").await == 0
+        })
+        .await,
+        "left behind: {:?} places, \"a-free\" on {} nodes",
+        places(&nodes, "held").await,
+        nodes_storing(&nodes, "a-free").await
+    );
+}
