@@ -451,6 +451,35 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
             400,
             "invalid_json",
         ),
+        // Fields go in the body: one given in the query would be ignored without a word.
+        (
+            "POST",
+            "/v1/locks/x?ttl_ms=100".into(),
+            "{}".into(),
+            400,
+            "unknown_field",
+        ),
+        (
+            "POST",
+            "/v1/locks/held/extend?ttl_ms=60000".into(),
+            format!(r#"{{"token": "{token}"}}"#),
+            400,
+            "unknown_field",
+        ),
+        (
+            "POST",
+            format!("/v1/locks/held/release?token={token}"),
+            "{}".into(),
+            400,
+            "unknown_field",
+        ),
+        (
+            "POST",
+            "/v1/multi?wait_ms=1000".into(),
+            r#"{"names": ["x"]}"#.into(),
+            400,
+            "unknown_field",
+        ),
         (
             "POST",
             "/v1/locks/x".into(),

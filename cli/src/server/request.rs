@@ -20,6 +20,7 @@ impl FromRequest<AppState> for Fields {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let query = req.uri().query().map(str::to_owned);
         // Without a limit, a client sending its body slowly holds its connection, and a
         // shutdown, for as long as it likes.
         let reading = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
@@ -42,6 +43,17 @@ impl FromRequest<AppState> for Fields {
                     format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
                 )
             })?;
+        // Refused after the body is read, so that the connection stays usable. A field given
+        // in the query would otherwise be ignored, and `?ttl_ms=100` take a lock of the default
+        // TTL without a word.
+        if let Some(query) = query.filter(|q| !q.is_empty()) {
+            return Err(ApiError::bad_request(
+                "unknown_field",
+                format!(
+                    "this route takes no query parameters (got {query:?}); send its fields in the JSON body"
+                ),
+            ));
+        }
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Fields(Map::new()));
         }
