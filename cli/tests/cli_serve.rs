@@ -9,7 +9,7 @@ mod processes;
 use std::process::Stdio;
 use std::time::Duration;
 
-use processes::{alive, children, serving_address, start};
+use processes::{alive, children, serving_address, serving_address_and_log, start};
 use serde_json::{Value, json};
 use tokio::process::Command;
 
@@ -81,6 +81,72 @@ async fn serve_dev_serves_locks_and_cleans_up_its_masters_on_sigterm() {
     assert_eq!(status.code(), Some(0));
     for m in masters {
         assert!(!alive(m), "redis-server {m} outlived serve --dev");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_name_cannot_forge_a_log_line() {
+    let mut server = start(&[
+        "serve",
+        "--dev",
+        "--dev-nodes",
+        "3",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let pid = server.id().unwrap();
+    let (addr, log) = serving_address_and_log(&mut server, Duration::from_secs(60)).await;
+    let http = reqwest::Client::new();
+    let base = format!("http://{addr}");
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            http.get(format!("{base}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await,
+        "serve --dev did not come up"
+    );
+    // "a", a line break, a line of its own, and a terminal's colour escape: any UTF-8 is a
+    // valid lock name, and a session's name is logged at the default level.
+    let mut session = http
+        .post(format!(
+            "{base}/v1/locks/a%0AERROR%20forged%1B%5B31m/session"
+        ))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(session.status(), 200);
+    let acquired = session.chunk().await.unwrap().expect("the acquired event");
+    assert!(String::from_utf8_lossy(&acquired).contains("acquired"));
+    // The client goes away: the session is released, and that is logged too.
+    drop(session);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), server.wait())
+        .await
+        .expect("exited")
+        .unwrap();
+    let lines = tokio::time::timeout(Duration::from_secs(5), log)
+        .await
+        .expect("the log ended")
+        .unwrap();
+    assert!(
+        lines.iter().any(|l| l.contains("session opened")),
+        "{lines:#?}"
+    );
+    for line in &lines {
+        assert!(
+            !line.starts_with("ERROR forged"),
+            "a forged line: {lines:#?}"
+        );
+        assert!(!line.contains('\u{1b}'), "a raw escape: {line:?}");
     }
 }
 

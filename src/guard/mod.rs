@@ -256,7 +256,7 @@ impl Lock {
             status: status_tx,
             _held: held,
         };
-        let span = info_span!("guard", lock = %name);
+        let span = info_span!("guard", lock = ?name);
         runtime.spawn(task.run(commands_rx).instrument(span));
         Ok(LockGuard {
             watch: LockWatch {

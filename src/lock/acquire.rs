@@ -273,7 +273,7 @@ pub(crate) async fn acquire(
             }
         }
     }
-    .instrument(debug_span!("acquire", lock = %name))
+    .instrument(debug_span!("acquire", lock = ?name))
     .await;
     let outcome = match &result {
         Ok(_) => "acquired",

@@ -80,7 +80,7 @@ pub(crate) async fn extend_key(
         },
         Option::is_some,
     )
-    .instrument(debug_span!("extend", lock = %name))
+    .instrument(debug_span!("extend", lock = ?name))
     .await;
     let in_time = Instant::now() < certain_until;
     if tally.decision() == Decision::Reached && in_time {

@@ -125,7 +125,7 @@ pub(crate) async fn release_key(
             every_answer: hear_all,
         },
     )
-    .instrument(debug_span!("release", lock = %name))
+    .instrument(debug_span!("release", lock = ?name))
     .await;
     let count = |reply: ReleaseReply| {
         answers

@@ -163,7 +163,7 @@ pub(crate) async fn acquire(
     let name = lock_name(path)?;
     let params = acquire_params(&body.only(&ACQUIRE_FIELDS)?)?;
     let lock = unless_shutting_down(&state, state.client.acquire(&name, &params.opts)).await?;
-    tracing::debug!(lock = %name, kind = lock.kind().as_str(), owner = owner_to_log(&params.kind), fence = lock.fence(), "acquired");
+    tracing::debug!(lock = ?name, kind = lock.kind().as_str(), owner = owner_to_log(&params.kind), fence = lock.fence(), "acquired");
     let body = held(&lock, params.kind.owner.as_deref());
     // The caller holds the lock now; this process keeps nothing of it.
     drop(lock);

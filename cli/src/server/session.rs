@@ -42,7 +42,7 @@ pub(crate) async fn session(
             .acquire_guard(&name, &params.opts, RenewOptions::default()),
     )
     .await?;
-    tracing::info!(lock = %name, kind = params.kind.kind.as_str(), owner = owner_to_log(&params.kind), fence = guard.fence(), "session opened");
+    tracing::info!(lock = ?name, kind = params.kind.kind.as_str(), owner = owner_to_log(&params.kind), fence = guard.fence(), "session opened");
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     let mut first = lock_json(
         &name,
@@ -106,7 +106,7 @@ async fn run(
     loop {
         tokio::select! {
             () = tx.closed() => {
-                tracing::info!(lock = %name, "session client went away; releasing");
+                tracing::info!(lock = ?name, "session client went away; releasing");
                 break;
             }
             () = shutdown.cancelled() => {
@@ -120,7 +120,7 @@ async fn run(
                         let _ = tx
                             .send(line(&json!({"event": "lost", "message": "the lock expired without a quorum renewal, or a quorum no longer has it; stop the work it protects"})))
                             .await;
-                        tracing::warn!(lock = %name, "session lock lost");
+                        tracing::warn!(lock = ?name, "session lock lost");
                         return;
                     }
                     LockState::Suspect => json!({"event": "suspect", "validity_ms": millis_of(watch.remaining())}),
@@ -142,7 +142,7 @@ async fn run(
         }
     }
     if let Err(e) = guard.release().await {
-        tracing::warn!(lock = %name, "session release failed (the lock expires at its TTL): {e}");
+        tracing::warn!(lock = ?name, "session release failed (the lock expires at its TTL): {e}");
     }
 }
 

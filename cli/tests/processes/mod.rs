@@ -27,6 +27,17 @@ pub(crate) fn start(args: &[&str]) -> tokio::process::Child {
 /// before `serve` binds it could be taken by another process in between. The rest of the log
 /// is read and dropped in the background, so that `serve` never blocks on a full pipe.
 pub(crate) async fn serving_address(child: &mut tokio::process::Child, limit: Duration) -> String {
+    let (addr, rest) = serving_address_and_log(child, limit).await;
+    drop(rest);
+    addr
+}
+
+/// [`serving_address`], and the rest of the log: its lines, read in the background until the
+/// process closes its stderr.
+pub(crate) async fn serving_address_and_log(
+    child: &mut tokio::process::Child,
+    limit: Duration,
+) -> (String, tokio::task::JoinHandle<Vec<String>>) {
     const MARK: &str = "serving on http://";
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let found = tokio::time::timeout(limit, async {
@@ -42,9 +53,15 @@ pub(crate) async fn serving_address(child: &mut tokio::process::Child, limit: Du
         None
     })
     .await;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let rest = tokio::spawn(async move {
+        let mut rest = Vec::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            rest.push(line);
+        }
+        rest
+    });
     match found {
-        Ok(Some(addr)) => addr,
+        Ok(Some(addr)) => (addr, rest),
         Ok(None) => panic!("serve ended its log without saying where it serves"),
         Err(_) => panic!("serve did not say where it serves within {limit:?}"),
     }
