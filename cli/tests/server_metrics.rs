@@ -104,9 +104,23 @@ async fn metrics_show_the_traffic() {
     assert_eq!(refused, 409);
     let (bad, _) = send("POST", "/v1/locks/x", r#"{"ttl_ms": 0}"#.into()).await;
     assert_eq!(bad, 400);
+    // Methods of the clients' own making are counted under one label, not one each.
+    for i in 0..3 {
+        let (status, _) = send(&format!("BOGUS{i}"), "/healthz", String::new()).await;
+        assert_eq!(status, 405);
+    }
     let (status, body) = send("GET", "/metrics", String::new()).await;
     assert_eq!(status, 200);
     let text = String::from_utf8(body.to_vec()).unwrap();
+    assert!(!text.contains("BOGUS"), "{text}");
+    assert_eq!(
+        value(
+            &text,
+            r#"redquorum_http_requests_total{route="/healthz",method="other",status="405"}"#
+        ),
+        Some(3.0),
+        "{text}"
+    );
     let route = r#"route="/v1/locks/{name}",method="POST""#;
     assert_eq!(
         value(
