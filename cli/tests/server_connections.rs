@@ -1,6 +1,7 @@
 //! How the coordinator treats its connections, on a real socket against real redis-server
-//! processes: idle, silent and slow clients are closed after the idle timeout, and a shutdown
-//! answers waiting acquires at once and closes what is still busy after its grace.
+//! processes: idle, silent and slow clients are closed after the idle timeout while requests
+//! under way outlive it, and a shutdown answers waiting acquires at once and closes what is
+//! still busy after its grace.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
@@ -141,6 +142,61 @@ async fn silent_slow_and_idle_connections_are_closed_after_the_idle_timeout() {
     // The request whose body never came asked no master for anything.
     assert_eq!(nodes_storing(&nodes, "slow").await, 0);
 
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("the server stopped")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_under_way_outlive_the_idle_timeout() {
+    let nodes = common::nodes(3);
+    let limits = ConnectionLimits {
+        idle_timeout: Duration::from_secs(1),
+        ..ConnectionLimits::default()
+    };
+    let (addr, stop, task) =
+        http_common::spawn_server(common::patient_client(&nodes), limits).await;
+    let (status, held) = post(addr, "/v1/locks/busy", json!({"ttl_ms": 30_000})).await;
+    assert_eq!(status, 200, "{held}");
+    let waiter = tokio::spawn(post(addr, "/v1/locks/busy", json!({"wait_ms": 10_000})));
+    // A session's stream says nothing between renewals, and the client sends nothing.
+    let mut session = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/locks/streamed/session"))
+        .json(&json!({"ttl_ms": 1_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(session.status(), 200);
+    let started = std::time::Instant::now();
+    let mut events = String::new();
+    while started.elapsed() < Duration::from_millis(2_500) {
+        let chunk = tokio::time::timeout(Duration::from_secs(2), session.chunk())
+            .await
+            .expect("the session streams on")
+            .unwrap()
+            .expect("the session's stream is open past the idle timeout");
+        events.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(events.contains(r#""event":"renewed""#), "{events}");
+    assert!(!waiter.is_finished(), "the waiting acquire was cut short");
+    let (status, released) = post(
+        addr,
+        "/v1/locks/busy/release",
+        json!({"token": held["token"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{released}");
+    let (status, body) = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is answered once the lock is free")
+        .unwrap();
+    assert_eq!(
+        status, 200,
+        "after waiting longer than the idle timeout: {body}"
+    );
+    drop(session);
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(5), task)
         .await
