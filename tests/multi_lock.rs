@@ -150,7 +150,7 @@ async fn a_multi_lock_dropped_while_it_waits_gives_back_the_names_it_took() {
     });
     assert!(
         common::eventually(Duration::from_secs(5), || async {
-            nodes_storing(&nodes, "earlier").await == 3
+            common::nodes_holding(&nodes, "earlier").await == 3
         })
         .await,
         "the multi-lock took \"earlier\" and waits for \"later\""
@@ -160,7 +160,7 @@ async fn a_multi_lock_dropped_while_it_waits_gives_back_the_names_it_took() {
     assert!(waiting.await.unwrap_err().is_cancelled());
     assert!(
         common::eventually(Duration::from_secs(5), || async {
-            nodes_storing(&nodes, "earlier").await == 0
+            common::nodes_holding(&nodes, "earlier").await == 0
         })
         .await,
         "\"earlier\" is still held by the dropped multi-lock, until its TTL"
@@ -173,15 +173,6 @@ async fn a_multi_lock_dropped_while_it_waits_gives_back_the_names_it_took() {
     // The name waited for was never the dropped multi-lock's.
     assert!(common::token_everywhere(&nodes, "later", later.token()).await);
     later.release().await.unwrap();
-}
-
-/// On how many of the nodes `name` is held, by anyone.
-async fn nodes_storing(nodes: &redquorum_testkit::LocalNodes, name: &str) -> usize {
-    let mut held = 0;
-    for i in 0..nodes.len() {
-        held += usize::from(common::stored_token(nodes, i, name).await.is_some());
-    }
-    held
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,28 +17,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_dev_serves_locks_and_cleans_up_its_masters_on_sigterm() {
-    let mut server = start(&[
-        "serve",
-        "--dev",
-        "--dev-nodes",
-        "3",
-        "--listen",
-        "127.0.0.1:0",
-    ]);
-    let pid = server.id().unwrap();
+    let (mut server, pid) = start_serve_dev();
     let addr = serving_address(&mut server, Duration::from_secs(60)).await;
     let http = reqwest::Client::new();
     let base = format!("http://{addr}");
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            http.get(format!("{base}/healthz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await,
-        "serve --dev did not come up"
-    );
+    up_within_10_s(&http, &base).await;
     let masters = children(pid, "redis-server");
     assert_eq!(masters.len(), 3, "{masters:?}");
 
@@ -69,11 +52,7 @@ async fn serve_dev_serves_locks_and_cleans_up_its_masters_on_sigterm() {
         .unwrap();
     assert!(metrics.contains("redquorum_acquire_duration_seconds"));
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(pid);
     let status = tokio::time::timeout(Duration::from_secs(10), server.wait())
         .await
         .expect("exited")
@@ -86,28 +65,11 @@ async fn serve_dev_serves_locks_and_cleans_up_its_masters_on_sigterm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_name_cannot_forge_a_log_line() {
-    let mut server = start(&[
-        "serve",
-        "--dev",
-        "--dev-nodes",
-        "3",
-        "--listen",
-        "127.0.0.1:0",
-    ]);
-    let pid = server.id().unwrap();
+    let (mut server, pid) = start_serve_dev();
     let (addr, log) = serving_address_and_log(&mut server, Duration::from_secs(60)).await;
     let http = reqwest::Client::new();
     let base = format!("http://{addr}");
-    assert!(
-        common::eventually(Duration::from_secs(10), || async {
-            http.get(format!("{base}/healthz"))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await,
-        "serve --dev did not come up"
-    );
+    up_within_10_s(&http, &base).await;
     // "a", a line break, a line of its own, and a terminal's colour escape: any UTF-8 is a
     // valid lock name, and a session's name is logged at the default level.
     let mut session = http
@@ -124,11 +86,7 @@ async fn a_lock_name_cannot_forge_a_log_line() {
     // The client goes away: the session is released, and that is logged too.
     drop(session);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(pid);
     tokio::time::timeout(Duration::from_secs(10), server.wait())
         .await
         .expect("exited")
@@ -148,6 +106,42 @@ async fn a_lock_name_cannot_forge_a_log_line() {
         );
         assert!(!line.contains('\u{1b}'), "a raw escape: {line:?}");
     }
+}
+
+/// `serve --dev` with three masters on a port of its choosing, and its pid.
+fn start_serve_dev() -> (tokio::process::Child, u32) {
+    let server = start(&[
+        "serve",
+        "--dev",
+        "--dev-nodes",
+        "3",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let pid = server.id().unwrap();
+    (server, pid)
+}
+
+/// Waits until the `serve` at `base` answers `/healthz`, at most 10 s.
+async fn up_within_10_s(http: &reqwest::Client, base: &str) {
+    assert!(
+        common::eventually(Duration::from_secs(10), || async {
+            http.get(format!("{base}/healthz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await,
+        "serve --dev did not come up"
+    );
+}
+
+fn sigterm(pid: u32) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
 }
 
 /// Runs `serve` on `listen` with `REDQUORUM_AUTH_TOKEN` set to `token` (unset for `None`).

@@ -58,13 +58,27 @@ async fn healthz(conn: &mut TcpStream) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
-/// On how many of the nodes `name` is held, by anyone.
-async fn nodes_storing(nodes: &LocalNodes, name: &str) -> usize {
-    let mut held = 0;
-    for i in 0..nodes.len() {
-        held += usize::from(common::stored_token(nodes, i, name).await.is_some());
-    }
-    held
+/// The coordinator on `nodes`, closing connections idle for a second.
+async fn serve_with_an_idle_timeout_of_a_second(
+    nodes: &LocalNodes,
+) -> (
+    SocketAddr,
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<()>,
+) {
+    let limits = ConnectionLimits {
+        idle_timeout: Duration::from_secs(1),
+        ..ConnectionLimits::default()
+    };
+    http_common::spawn_server(common::patient_client(nodes), limits).await
+}
+
+/// Waits for a server told to stop, at most 5 s.
+async fn stopped_within_5_s(server: tokio::task::JoinHandle<()>) {
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the server stopped")
+        .unwrap();
 }
 
 /// How many places `name`'s queue has on each node.
@@ -84,12 +98,7 @@ async fn places(nodes: &LocalNodes, name: &str) -> Vec<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_slow_and_idle_connections_are_closed_after_the_idle_timeout() {
     let nodes = common::nodes(3);
-    let limits = ConnectionLimits {
-        idle_timeout: Duration::from_secs(1),
-        ..ConnectionLimits::default()
-    };
-    let (addr, stop, task) =
-        http_common::spawn_server(common::patient_client(&nodes), limits).await;
+    let (addr, stop, task) = serve_with_an_idle_timeout_of_a_second(&nodes).await;
 
     let mut silent = TcpStream::connect(addr).await.unwrap();
     let mut half_head = TcpStream::connect(addr).await.unwrap();
@@ -140,24 +149,16 @@ async fn silent_slow_and_idle_connections_are_closed_after_the_idle_timeout() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains(r#""error":"body_timeout""#), "{answer}");
     // The request whose body never came asked no master for anything.
-    assert_eq!(nodes_storing(&nodes, "slow").await, 0);
+    assert_eq!(common::nodes_holding(&nodes, "slow").await, 0);
 
     stop.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("the server stopped")
-        .unwrap();
+    stopped_within_5_s(task).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_under_way_outlive_the_idle_timeout() {
     let nodes = common::nodes(3);
-    let limits = ConnectionLimits {
-        idle_timeout: Duration::from_secs(1),
-        ..ConnectionLimits::default()
-    };
-    let (addr, stop, task) =
-        http_common::spawn_server(common::patient_client(&nodes), limits).await;
+    let (addr, stop, task) = serve_with_an_idle_timeout_of_a_second(&nodes).await;
     let (status, held) = post(addr, "/v1/locks/busy", json!({"ttl_ms": 30_000})).await;
     assert_eq!(status, 200, "{held}");
     let waiter = tokio::spawn(post(addr, "/v1/locks/busy", json!({"wait_ms": 10_000})));
@@ -198,10 +199,7 @@ async fn requests_under_way_outlive_the_idle_timeout() {
     );
     drop(session);
     stop.cancel();
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("the server stopped")
-        .unwrap();
+    stopped_within_5_s(task).await;
 }
 
 /// A `POST` of `body` to `path`, answered with (status, JSON body).
@@ -249,15 +247,9 @@ async fn shutdown_answers_waiting_acquires_and_closes_connections_still_busy() {
         .write_all(b"POST /v1/locks/held HTTP/1.1\r\nHost: test\r\n")
         .await
         .unwrap();
-    assert!(
-        common::eventually(Duration::from_secs(5), || async {
-            places(&nodes, "held").await == [3, 3, 3] && nodes_storing(&nodes, "a-free").await == 3
-        })
-        .await,
-        "the three requests did not come to wait: {:?} places, \"a-free\" on {} nodes",
-        places(&nodes, "held").await,
-        nodes_storing(&nodes, "a-free").await
-    );
+    if let Err(now) = comes_to(&nodes, 3, 3).await {
+        panic!("the three requests did not come to wait: {now}");
+    }
 
     stop.cancel();
     for (i, request) in waiting.into_iter().enumerate() {
@@ -285,13 +277,25 @@ async fn shutdown_answers_waiting_acquires_and_closes_connections_still_busy() {
     // Nothing changed: the holder keeps the lock; the waiters' places and the name the
     // multi-lock had taken are given back, not left to their TTL.
     assert!(common::token_everywhere(&nodes, "held", &token).await);
-    assert!(
-        common::eventually(Duration::from_secs(5), || async {
-            places(&nodes, "held").await == [0, 0, 0] && nodes_storing(&nodes, "a-free").await == 0
-        })
-        .await,
-        "left behind: {:?} places, \"a-free\" on {} nodes",
-        places(&nodes, "held").await,
-        nodes_storing(&nodes, "a-free").await
-    );
+    if let Err(now) = comes_to(&nodes, 0, 0).await {
+        panic!("left behind: {now}");
+    }
+}
+
+/// Waits up to 5 s until every node has `places_each` places in the queue of "held" and
+/// "a-free" is held on `a_free_on` nodes; else what there is.
+async fn comes_to(nodes: &LocalNodes, places_each: usize, a_free_on: usize) -> Result<(), String> {
+    let reached = common::eventually(Duration::from_secs(5), || async {
+        places(nodes, "held").await == vec![places_each; nodes.len()]
+            && common::nodes_holding(nodes, "a-free").await == a_free_on
+    })
+    .await;
+    if reached {
+        return Ok(());
+    }
+    Err(format!(
+        "{:?} places, \"a-free\" on {} nodes",
+        places(nodes, "held").await,
+        common::nodes_holding(nodes, "a-free").await
+    ))
 }

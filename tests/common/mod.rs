@@ -106,6 +106,15 @@ pub async fn stored_token(nodes: &LocalNodes, i: usize, name: &str) -> Option<St
     raw(nodes, i).await.get(lock_key(name)).await.expect("GET")
 }
 
+/// On how many of the nodes `name` is held, by anyone.
+pub async fn nodes_holding(nodes: &LocalNodes, name: &str) -> usize {
+    let mut held = 0;
+    for i in 0..nodes.len() {
+        held += usize::from(stored_token(nodes, i, name).await.is_some());
+    }
+    held
+}
+
 /// The fencing counter of `name` on node `i` (0 when it has none yet).
 pub async fn fence_counter(nodes: &LocalNodes, i: usize, name: &str) -> u64 {
     let counter: Option<u64> = raw(nodes, i).await.get(fence_key(name)).await.expect("GET");
