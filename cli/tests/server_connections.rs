@@ -34,6 +34,18 @@ async fn read_until_closed(conn: &mut TcpStream, limit: Duration) -> Option<Stri
     Some(String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Two connections to `addr`: one that sends nothing, and one that sends half the head of a
+/// `POST` to `path`.
+async fn silent_and_half_a_head(addr: SocketAddr, path: &str) -> (TcpStream, TcpStream) {
+    let silent = TcpStream::connect(addr).await.unwrap();
+    let mut half_head = TcpStream::connect(addr).await.unwrap();
+    half_head
+        .write_all(format!("POST {path} HTTP/1.1\r\nHost: test\r\n").as_bytes())
+        .await
+        .unwrap();
+    (silent, half_head)
+}
+
 /// Whether `conn` is open with nothing to read: the server has neither answered nor closed it.
 fn open_and_unanswered(conn: &TcpStream) -> bool {
     let mut byte = [0u8; 1];
@@ -100,12 +112,7 @@ async fn silent_slow_and_idle_connections_are_closed_after_the_idle_timeout() {
     let nodes = common::nodes(3);
     let (addr, stop, task) = serve_with_an_idle_timeout_of_a_second(&nodes).await;
 
-    let mut silent = TcpStream::connect(addr).await.unwrap();
-    let mut half_head = TcpStream::connect(addr).await.unwrap();
-    half_head
-        .write_all(b"POST /v1/locks/slow HTTP/1.1\r\nHost: test\r\n")
-        .await
-        .unwrap();
+    let (mut silent, mut half_head) = silent_and_half_a_head(addr, "/v1/locks/slow").await;
     let mut half_body = TcpStream::connect(addr).await.unwrap();
     half_body
         .write_all(
@@ -241,12 +248,7 @@ async fn shutdown_answers_waiting_acquires_and_closes_connections_still_busy() {
         ("/v1/locks/held/session", json!({"wait_ms": 60_000})),
     ]
     .map(|(path, body)| tokio::spawn(post(addr, path, body)));
-    let mut silent = TcpStream::connect(addr).await.unwrap();
-    let mut half_head = TcpStream::connect(addr).await.unwrap();
-    half_head
-        .write_all(b"POST /v1/locks/held HTTP/1.1\r\nHost: test\r\n")
-        .await
-        .unwrap();
+    let (mut silent, mut half_head) = silent_and_half_a_head(addr, "/v1/locks/held").await;
     if let Err(now) = comes_to(&nodes, 3, 3).await {
         panic!("the three requests did not come to wait: {now}");
     }

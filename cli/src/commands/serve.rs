@@ -154,7 +154,6 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
                 None
             },
             shutdown: sessions.clone(),
-            body_timeout: idle_timeout,
         },
     );
     let metrics_side = match (metrics_listener, metrics) {

@@ -56,11 +56,10 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct AppState {
     pub(crate) client: Client,
     pub(crate) shutdown: CancellationToken,
-    pub(crate) body_timeout: Duration,
 }
 
 /// How the app is put together.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct AppOptions {
     /// Required on every `/v1` request when set.
     pub auth: Option<BearerToken>,
@@ -69,20 +68,6 @@ pub struct AppOptions {
     /// Cancelled when the server shuts down: sessions release their locks and end, and waiting
     /// acquires give up their place and are answered `shutting_down`.
     pub shutdown: CancellationToken,
-    /// How long a request's body may take to arrive once its head has: longer is answered
-    /// `body_timeout`.
-    pub body_timeout: Duration,
-}
-
-impl Default for AppOptions {
-    fn default() -> Self {
-        AppOptions {
-            auth: None,
-            metrics: None,
-            shutdown: CancellationToken::new(),
-            body_timeout: DEFAULT_IDLE_TIMEOUT,
-        }
-    }
 }
 
 /// How `serve` treats its connections.
@@ -90,7 +75,8 @@ impl Default for AppOptions {
 pub struct ConnectionLimits {
     /// A connection that sends no complete request head for this long, counted from when it
     /// opened or from its last answer, is closed: idle keep-alive connections, and requests
-    /// that arrive too slowly to be served.
+    /// that arrive too slowly to be served. A body not all in within as long after its head is
+    /// answered `body_timeout`.
     pub idle_timeout: Duration,
     /// After the stop signal, how long a connection may take to finish the request it is on
     /// before it is closed.
@@ -112,7 +98,6 @@ pub fn app(client: Client, options: AppOptions) -> Router {
     let state = AppState {
         client,
         shutdown: options.shutdown,
-        body_timeout: options.body_timeout,
     };
     let api = Router::new()
         .route(
@@ -187,6 +172,8 @@ pub(crate) async fn serve_http(
     stop: CancellationToken,
     limits: ConnectionLimits,
 ) {
+    // Request bodies are read by the handlers; they find their time limit here.
+    let router = router.layer(axum::Extension(request::BodyTimeout(limits.idle_timeout)));
     let connections = TaskTracker::new();
     loop {
         let stream = tokio::select! {

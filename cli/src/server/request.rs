@@ -5,26 +5,36 @@
 use axum::extract::{FromRequest, Request};
 use serde_json::{Map, Value};
 
-use super::AppState;
+use super::DEFAULT_IDLE_TIMEOUT;
 use super::error::ApiError;
 use super::unique_json;
 
 /// Largest request body accepted, in bytes.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
+/// How long a request's body may take to arrive once its head has, set on each request by the
+/// server from its connection limits; requests without it (the router called directly) get
+/// [`DEFAULT_IDLE_TIMEOUT`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BodyTimeout(pub(crate) std::time::Duration);
+
 /// A JSON object body. An empty body counts as `{}`.
 #[derive(Debug)]
 pub(crate) struct Fields(Map<String, Value>);
 
-impl FromRequest<AppState> for Fields {
+impl<S: Send + Sync> FromRequest<S> for Fields {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+    async fn from_request(req: Request, _state: &S) -> Result<Self, ApiError> {
         let query = req.uri().query().map(str::to_owned);
+        let body_timeout = req
+            .extensions()
+            .get::<BodyTimeout>()
+            .map_or(DEFAULT_IDLE_TIMEOUT, |t| t.0);
         // Without a limit, a client sending its body slowly holds its connection, and a
         // shutdown, for as long as it likes.
         let reading = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
-        let bytes = tokio::time::timeout(state.body_timeout, reading)
+        let bytes = tokio::time::timeout(body_timeout, reading)
             .await
             .map_err(|_| {
                 ApiError::new(
@@ -32,7 +42,7 @@ impl FromRequest<AppState> for Fields {
                     "body_timeout",
                     format!(
                         "the request body did not arrive within {} ms",
-                        state.body_timeout.as_millis()
+                        body_timeout.as_millis()
                     ),
                 )
             })?

@@ -19,9 +19,8 @@ pub fn app(client: redquorum::Client) -> Router {
     redquorum_cli::server::app(client, AppOptions::default())
 }
 
-/// The coordinator on `client`, on a real loopback socket, with `limits` (a request's body is
-/// given the idle timeout). It stops when the returned token is cancelled, and the handle is
-/// finished once it has.
+/// The coordinator on `client`, on a real loopback socket, with `limits`. It stops when the
+/// returned token is cancelled, and the handle is finished once it has.
 pub async fn spawn_server(
     client: redquorum::Client,
     limits: ConnectionLimits,
@@ -31,7 +30,6 @@ pub async fn spawn_server(
         client,
         AppOptions {
             shutdown: sessions.clone(),
-            body_timeout: limits.idle_timeout,
             ..AppOptions::default()
         },
     );

@@ -25,7 +25,7 @@ pub(crate) fn start(args: &[&str]) -> tokio::process::Child {
 /// "redquorum serving on http://ADDR") within `limit`. A test that lets `serve` bind a free port
 /// itself (`--listen 127.0.0.1:0`) learns it here, where a port chosen by the test and let go
 /// before `serve` binds it could be taken by another process in between. The rest of the log
-/// is read and dropped in the background, so that `serve` never blocks on a full pipe.
+/// is read in the background, so that `serve` never blocks on a full pipe, and not kept.
 pub(crate) async fn serving_address(child: &mut tokio::process::Child, limit: Duration) -> String {
     let (addr, rest) = serving_address_and_log(child, limit).await;
     drop(rest);
