@@ -504,6 +504,57 @@ async fn a_lock_handed_to_a_waiter_that_left_goes_to_the_next() {
     drop(first_client);
 }
 
+/// A waiter that releases handed the lock on too few masters so far waits for the others'
+/// grants; a waiter dropped meanwhile (a caller's timeout) gives back what it was handed, as
+/// one that leaves before any grant does, instead of leaving it held by nobody for its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_while_it_collects_grants_gives_them_back() {
+    let nodes = common::nodes(3);
+    let holder = common::client(&nodes);
+    let lock = hold(&holder, "collecting", 30_000).await;
+    // A per-node deadline of 1 s: the waiter waits that long for the other masters' grants.
+    // Its client outlives it (a client dropped with it leaves the lock to its TTL).
+    let waiting = common::patient_client(&nodes);
+    let client = waiting.clone();
+    let task = tokio::spawn(async move {
+        let opts = slow_poller(Duration::from_secs(30), Duration::from_secs(20), NEVER);
+        client.acquire("collecting", &opts).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The release hands the lock over on master 0 at once, on the others once they resume.
+    nodes.pause(1).unwrap();
+    nodes.pause(2).unwrap();
+    let release = tokio::spawn(async move { lock.release().await });
+    assert!(
+        common::eventually(Duration::from_secs(1), || async {
+            common::stored_token(&nodes, 0, "collecting")
+                .await
+                .is_some_and(|t| t.contains('/'))
+        })
+        .await,
+        "master 0 never handed the lock over"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    nodes.resume(1).unwrap();
+    nodes.resume(2).unwrap();
+    let _ = release.await.unwrap();
+    for i in 0..3 {
+        assert!(
+            common::eventually(Duration::from_secs(3), || async {
+                common::stored_token(&nodes, i, "collecting")
+                    .await
+                    .is_none()
+            })
+            .await,
+            "master {i} still holds the lock for the waiter that left: {:?}",
+            common::stored_token(&nodes, i, "collecting").await
+        );
+    }
+    drop(waiting);
+}
+
 /// A client whose proposals come from no clock: just above the highest fencing token it has
 /// seen, so the fencing token of a handover shows which rule set it.
 fn clockless_client(nodes: &redquorum_testkit::LocalNodes) -> Client {

@@ -11,6 +11,7 @@ use crate::cluster::{Cluster, GiveBack};
 use crate::config::LockOptions;
 use crate::error::Operation;
 use crate::fanout::fan_out;
+use crate::node::Keys;
 use crate::quorum::{Decision, quorum_handover};
 use crate::waiters::Grant;
 
@@ -32,23 +33,29 @@ pub(super) async fn handed_over(
     opts: &LockOptions,
 ) -> Option<Lock> {
     let waiters = &cluster.waiters;
-    let mut grants = waiters.take_grants(&q.place.waiter);
+    let grants = waiters.take_grants(&q.place.waiter);
     if grants.is_empty() {
         return None;
     }
+    let mut taken = TakenGrants {
+        cluster,
+        keys: q.keys.clone(),
+        grants,
+        adopting: Vec::new(),
+    };
     let until = Instant::now() + cluster.settings.node_timeout;
     let ttl = opts.ttl;
     let drift = cluster.settings.drift(ttl);
     let gave_back = loop {
-        if let Some(held) = holding(cluster, q, &grants) {
+        if let Some(held) = holding(cluster, q, &taken.grants) {
             let valid_until = held.started + ttl - drift;
             if valid_until.saturating_duration_since(Instant::now()) < opts.min_validity {
-                break grants;
+                break taken.hand_back();
             }
-            let (held, grants) = adopt(cluster, q, held, grants).await;
-            let Some(held) = held else {
-                break grants;
+            let Some(held) = adopt(cluster, q, held, &mut taken).await else {
+                break taken.hand_back();
             };
+            let grants = taken.hand_back();
             waiters.remember_taken(&held.token);
             cluster.note_fence(held.fence);
             let (ours, others): (Vec<Grant>, Vec<Grant>) = grants
@@ -80,7 +87,7 @@ pub(super) async fn handed_over(
             ));
         }
         if Instant::now() >= until {
-            break grants;
+            break taken.hand_back();
         }
         let woken = waiters.listen(&q.place.waiter);
         // Grants heard between taking and listening did not wake anyone.
@@ -91,8 +98,8 @@ pub(super) async fn handed_over(
                 () = cluster.sleep_until(until) => {}
             }
         }
-        grants.extend(late);
-        grants.extend(waiters.take_grants(&q.place.waiter));
+        taken.grants.extend(late);
+        taken.grants.extend(waiters.take_grants(&q.place.waiter));
     };
     crate::metrics::handover("given_back");
     debug!(
@@ -209,21 +216,31 @@ fn holding(cluster: &Cluster, q: &Queued<'_>, grants: &[Grant]) -> Option<Holdin
 }
 
 /// Holds every grant of `held.to_adopt` under `held`'s token and fencing token. Returns the
-/// lock if a quorum of nodes now holds it so, and the grants as they now are on the nodes
-/// (adopted ones under the new token), to keep or give back.
+/// lock if a quorum of nodes now holds it so; `taken`'s grants are left as they now are on the
+/// nodes (adopted ones under the new token), to keep or give back.
 async fn adopt(
     cluster: &Arc<Cluster>,
     q: &Queued<'_>,
     mut held: Holding,
-    mut grants: Vec<Grant>,
-) -> (Option<Holding>, Vec<Grant>) {
+    taken: &mut TakenGrants<'_>,
+) -> Option<Holding> {
     if held.to_adopt.is_empty() {
         crate::metrics::handover("taken");
-        return (Some(held), grants);
+        return Some(held);
     }
     let deadline = Instant::now() + cluster.settings.node_timeout;
     let to_adopt = Arc::new(std::mem::take(&mut held.to_adopt));
     let (token, fence): (Arc<str>, u64) = (held.token.as_str().into(), held.fence);
+    // Dropped while the adoptions are under way, the nodes that adopted hold the grant under
+    // the new token, the others under the old one: both are given back.
+    taken.adopting = to_adopt
+        .iter()
+        .map(|g| Grant {
+            node: g.node,
+            token: held.token.clone(),
+            fence,
+        })
+        .collect();
     let answers = fan_out(
         &cluster.nodes,
         Operation::Acquire,
@@ -247,13 +264,14 @@ async fn adopt(
         |_, _| Decision::Pending,
     )
     .await;
+    taken.adopting.clear();
     let adopted: Vec<usize> = to_adopt
         .iter()
         .filter(|g| matches!(answers.get(g.node), Some(Some(Ok(true)))))
         .map(|g| g.node)
         .collect();
     // What each adopted node holds now.
-    for g in &mut grants {
+    for g in &mut taken.grants {
         if adopted.contains(&g.node)
             && to_adopt
                 .iter()
@@ -270,12 +288,46 @@ async fn adopt(
             adopted = adopted.len(),
             "could not hold a handed-over lock under one token"
         );
-        return (None, grants);
+        return None;
     }
     crate::metrics::handover("adopted");
     debug!(
         adopted = adopted.len(),
         "a lock handed over on different attempts' terms is held under one token"
     );
-    (Some(held), grants)
+    Some(held)
+}
+
+/// The grants a waiter has taken from its client's waiters while it decides whether they make
+/// the lock. If the acquire is dropped before it decides (a caller's timeout around it), they
+/// are given back, passing the turn on, as those still with the waiters are when it leaves;
+/// otherwise they would stay held, by nobody, until their TTL.
+struct TakenGrants<'a> {
+    cluster: &'a Arc<Cluster>,
+    keys: Arc<Keys>,
+    grants: Vec<Grant>,
+    /// While grants are being adopted under one token (see [`adopt`]): the same grants under
+    /// that token, which the nodes that adopted them hold by then.
+    adopting: Vec<Grant>,
+}
+
+impl TakenGrants<'_> {
+    /// The grants, decided on: to keep or give back by the caller, no longer by the drop.
+    fn hand_back(&mut self) -> Vec<Grant> {
+        self.adopting.clear();
+        std::mem::take(&mut self.grants)
+    }
+}
+
+impl Drop for TakenGrants<'_> {
+    fn drop(&mut self) {
+        if self.grants.is_empty() && self.adopting.is_empty() {
+            return;
+        }
+        let mut grants = std::mem::take(&mut self.grants);
+        grants.append(&mut self.adopting);
+        let _ = self
+            .cluster
+            .release_grants(&self.keys, grants, GiveBack::PassingOn);
+    }
 }
