@@ -648,6 +648,47 @@ async fn a_bearer_token_guards_the_api_but_not_the_probes() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// A server that requires durable masters, in front of masters that are not (the test
+/// harness's, without AOF), can take no lock: it is not ready either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_counts_only_masters_whose_votes_count() {
+    let nodes = common::nodes(3);
+    let durable_only = Client::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_secs(1))
+        .quarantine(Duration::ZERO)
+        .require_durable(true)
+        .build()
+        .unwrap();
+    let strict = redquorum_cli::server::app(durable_only, AppOptions::default());
+    let (status, body) = post(&strict, "/v1/locks/durable-only", json!({})).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("quorum_unavailable")),
+        "{body}"
+    );
+    let (status, body) = call(&strict, "GET", "/readyz", Body::empty(), None).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(
+        (body["ready"].clone(), body["usable"].clone()),
+        (json!(false), json!(0))
+    );
+    for node in body["nodes"].as_array().unwrap() {
+        assert_eq!(
+            (
+                node["reachable"].clone(),
+                node["durable"].clone(),
+                node["usable"].clone()
+            ),
+            (json!(true), json!(false), json!(false)),
+            "{node}"
+        );
+    }
+    // The same masters serve a server that does not require durability.
+    let (status, body) = call(&app(&nodes, None), "GET", "/readyz", Body::empty(), None).await;
+    assert_eq!((status, body["usable"].clone()), (StatusCode::OK, json!(3)));
+}
+
 /// Reads NDJSON events from a streaming response until `stop` says so or `limit` passes.
 async fn read_events(
     response: &mut reqwest::Response,

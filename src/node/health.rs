@@ -36,6 +36,10 @@ pub struct NodeHealth {
     /// use, so it grants nothing until every lock it may have granted has expired), by the
     /// node's own clock, as last seen.
     pub quarantined_for: Option<Duration>,
+    /// Whether the node's votes can count towards a quorum now, by this client's settings: it
+    /// answered, is not quarantined, and keeps every write if the client requires durable
+    /// nodes ([`ClientBuilder::require_durable`](crate::ClientBuilder::require_durable)).
+    pub usable: bool,
 }
 
 /// The last health reading of a node.
@@ -173,18 +177,23 @@ impl Node {
     /// The current health report.
     pub(crate) fn report(&self) -> NodeHealth {
         let health = self.health();
+        let quarantined_for = health
+            .quarantined_until
+            .map(|until| until.saturating_duration_since(Instant::now()))
+            .filter(|left| !left.is_zero());
+        let durable = health.durable();
         NodeHealth {
             node: self.addr.clone(),
             error: health.error.clone(),
             uptime: health.started_at.map(|s| s.elapsed()),
             aof_enabled: health.aof_enabled,
             appendfsync: health.appendfsync.clone(),
-            durable: health.durable(),
+            durable,
             marked: health.marked,
-            quarantined_for: health
-                .quarantined_until
-                .map(|until| until.saturating_duration_since(Instant::now()))
-                .filter(|left| !left.is_zero()),
+            usable: health.error.is_none()
+                && quarantined_for.is_none()
+                && (durable || !self.settings.require_durable),
+            quarantined_for,
         }
     }
 }

@@ -272,13 +272,11 @@ pub(crate) async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: a quorum of nodes is reachable and not quarantined.
+/// `GET /readyz`: a quorum of nodes can vote (reachable, not quarantined, and durable when
+/// durable nodes are required), as an acquire needs.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     let health = state.client.node_health().await;
-    let usable = health
-        .iter()
-        .filter(|h| h.error.is_none() && h.quarantined_for.is_none())
-        .count();
+    let usable = health.iter().filter(|h| h.usable).count();
     let ready = usable >= state.client.quorum();
     let nodes: Vec<Value> = health
         .iter()
@@ -287,6 +285,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
                 "node": h.node,
                 "reachable": h.error.is_none(),
                 "durable": h.durable,
+                "usable": h.usable,
                 "quarantined_for_ms": h.quarantined_for.map(millis_of),
                 "error": h.error,
             })
