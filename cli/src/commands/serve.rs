@@ -157,7 +157,10 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
         },
     );
     let metrics_side = match (metrics_listener, metrics) {
-        (Some(l), Some(handle)) => Some((l, redquorum_cli::server::metrics_router(handle))),
+        (Some(l), Some(handle)) => Some((
+            l,
+            redquorum_cli::server::metrics_router(handle, client.clone()),
+        )),
         _ => None,
     };
     let addr = listener.local_addr().unwrap_or(listen);

@@ -121,7 +121,7 @@ pub fn app(client: Client, options: AppOptions) -> Router {
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz));
     if let Some(handle) = options.metrics {
-        router = router.merge(metrics_router(handle));
+        router = router.merge(metrics_router(handle, state.client.clone()));
     }
     router
         .fallback(routes::not_found)
@@ -130,13 +130,20 @@ pub fn app(client: Client, options: AppOptions) -> Router {
         .layer(axum::middleware::from_fn(http_metrics::track))
 }
 
-/// A router with only `GET /metrics`, for a separate metrics listener.
-pub fn metrics_router<S: Clone + Send + Sync + 'static>(handle: PrometheusHandle) -> Router<S> {
+/// A router with only `GET /metrics`, for a separate metrics listener. Each scrape reads the
+/// masters' health first: the node gauges (up, durable, quarantined) are otherwise set only by
+/// lock traffic, and would show an idle coordinator's masters as down, or a quarantine long
+/// over as still on.
+pub fn metrics_router<S: Clone + Send + Sync + 'static>(
+    handle: PrometheusHandle,
+    client: Client,
+) -> Router<S> {
     Router::new().route(
         "/metrics",
         get(move || {
-            let handle = handle.clone();
+            let (handle, client) = (handle.clone(), client.clone());
             async move {
+                client.node_health().await;
                 handle.run_upkeep();
                 (
                     [(

@@ -1,0 +1,67 @@
+//! `/metrics` on a coordinator with no lock traffic: the node gauges say how the masters are at
+//! the scrape. In a file of its own because the Prometheus recorder is global to the process.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+// The harness the library's tests use (local masters, test-tuned clients), shared as is.
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::Request;
+use http_body_util::BodyExt;
+use redquorum_cli::server::AppOptions;
+use tower::ServiceExt;
+
+/// The value of the series whose line starts with `prefix` (name and labels).
+fn value(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+async fn scrape(app: &Router) -> String {
+    let req = Request::builder()
+        .uri("/metrics")
+        .body(Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(req).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_gauges_are_read_at_each_scrape() {
+    let handle = redquorum_cli::server::install_metrics().expect("recorder installed");
+    let mut nodes = common::nodes(3);
+    let client = common::patient_client(&nodes);
+    let addrs = client.nodes();
+    let app = redquorum_cli::server::app(
+        client,
+        AppOptions {
+            metrics: Some(handle),
+            ..AppOptions::default()
+        },
+    );
+    // No lock traffic at all: every master answers, and none keeps its writes (no AOF in
+    // tests).
+    let text = scrape(&app).await;
+    for node in &addrs {
+        let gauge = |name: &str| value(&text, &format!(r#"{name}{{node="{node}"}}"#));
+        assert_eq!(gauge("redquorum_node_up"), Some(1.0), "{node}: {text}");
+        assert_eq!(gauge("redquorum_node_durable"), Some(0.0), "{node}: {text}");
+    }
+    // A master stopped while no lock is asked for is down at the next scrape.
+    nodes.kill(1).unwrap();
+    let text = scrape(&app).await;
+    let up =
+        |text: &str, node: &str| value(text, &format!(r#"redquorum_node_up{{node="{node}"}}"#));
+    assert_eq!(up(&text, &addrs[1]), Some(0.0), "{text}");
+    assert_eq!(up(&text, &addrs[0]), Some(1.0), "{text}");
+    // And up again at the next one after it is back.
+    nodes.restart(1).unwrap();
+    let text = scrape(&app).await;
+    assert_eq!(up(&text, &addrs[1]), Some(1.0), "{text}");
+}
