@@ -689,6 +689,23 @@ async fn readyz_counts_only_masters_whose_votes_count() {
     assert_eq!((status, body["usable"].clone()), (StatusCode::OK, json!(3)));
 }
 
+/// JSON has one number type: `10000.0` and `1e4` are the whole number 10000, where `1.5` is
+/// not whole (refused in the bad-input test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_numbers_may_be_written_with_a_fraction_or_an_exponent() {
+    let nodes = common::nodes(3);
+    let app = app(&nodes, None);
+    for (name, body) in [
+        ("decimal", r#"{"ttl_ms": 10000.0}"#),
+        ("exponent", r#"{"ttl_ms": 1e4, "wait_ms": 0.0}"#),
+    ] {
+        let uri = format!("/v1/locks/{name}");
+        let (status, answer) = call(&app, "POST", &uri, body, None).await;
+        assert_eq!(status, StatusCode::OK, "{body}: {answer}");
+        assert_eq!(answer["ttl_ms"], 10_000, "{answer}");
+    }
+}
+
 /// Reads NDJSON events from a streaming response until `stop` says so or `limit` passes.
 async fn read_events(
     response: &mut reqwest::Response,

@@ -110,9 +110,14 @@ impl Fields {
     pub(crate) fn whole(&self, key: &str, code: &str, what: &str) -> Result<Option<u64>, ApiError> {
         match self.0.get(key) {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) => n.as_u64().map(Some).ok_or_else(|| {
-                ApiError::bad_request(code, format!("{key} must be {what}, not {n}"))
-            }),
+            Some(Value::Number(n)) => {
+                n.as_u64()
+                    .or_else(|| exact_whole(n))
+                    .map(Some)
+                    .ok_or_else(|| {
+                        ApiError::bad_request(code, format!("{key} must be {what}, not {n}"))
+                    })
+            }
             Some(other) => Err(ApiError::bad_request(
                 code,
                 format!("{key} must be {what}, not {other}"),
@@ -191,4 +196,16 @@ impl Fields {
         self.string(key, code)?
             .ok_or_else(|| ApiError::bad_request(code, format!("{key} is required")))
     }
+}
+
+/// JSON has one number type: `10000.0` and `1e4` are the whole number `10000`. Only numbers a
+/// double holds exactly (up to 2^53) count, so that none is rounded into a different value.
+fn exact_whole(n: &serde_json::Number) -> Option<u64> {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    let f = n.as_f64()?;
+    if !(0.0..=EXACT).contains(&f) || f.fract() != 0.0 {
+        return None;
+    }
+    // Whole, non-negative and at most 2^53: the conversion is exact.
+    Some(f as u64)
 }
