@@ -642,6 +642,22 @@ async fn a_bearer_token_guards_the_api_but_not_the_probes() {
     );
     let (status, _) = call(&app, "POST", "/v1/locks/x", "{}", Some("s3cret-token")).await;
     assert_eq!(status, StatusCode::OK);
+    // The scheme's name is case-insensitive; the token is not.
+    for (header, expected) in [
+        ("bearer s3cret-token", StatusCode::OK),
+        ("BEARER s3cret-token", StatusCode::OK),
+        ("Bearer S3CRET-TOKEN", StatusCode::UNAUTHORIZED),
+        ("Basic s3cret-token", StatusCode::UNAUTHORIZED),
+    ] {
+        let req = Request::builder()
+            .method("GET")
+            .uri("/v1/locks/x")
+            .header("authorization", header)
+            .body(Body::empty())
+            .unwrap();
+        let status = app.clone().oneshot(req).await.unwrap().status();
+        assert_eq!(status, expected, "{header}");
+    }
     let (status, _) = call(&app, "GET", "/healthz", Body::empty(), None).await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = call(&app, "GET", "/readyz", Body::empty(), None).await;

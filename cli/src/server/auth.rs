@@ -35,6 +35,18 @@ impl BearerToken {
     }
 }
 
+/// The credentials of an `Authorization` header of the Bearer scheme. A scheme's name is
+/// case-insensitive (RFC 9110, 11.1): `bearer` and `BEARER` are the same scheme.
+fn bearer_credentials(value: &[u8]) -> Option<&[u8]> {
+    let space = value.iter().position(|b| *b == b' ')?;
+    let (scheme, rest) = value.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"Bearer") {
+        return None;
+    }
+    let start = rest.iter().position(|b| *b != b' ')?;
+    rest.get(start..)
+}
+
 /// Refuses requests without the right bearer token.
 pub(crate) async fn require(
     State(token): State<BearerToken>,
@@ -44,7 +56,7 @@ pub(crate) async fn require(
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+        .and_then(|v| bearer_credentials(v.as_bytes()));
     match presented {
         Some(p) if token.matches(p) => next.run(req).await,
         _ => {
