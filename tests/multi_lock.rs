@@ -131,6 +131,46 @@ async fn names_held_stay_alive_while_a_later_one_is_waited_for() {
     all.release().await.unwrap();
 }
 
+/// A multi-lock waits for a later name in turns, extending the names it holds between them.
+/// Each turn keeps the place in line the first one took: four callers taking the name in a
+/// loop, each for longer than the multi-lock's turn, would otherwise pass it over every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_keeps_its_place_in_line_from_turn_to_turn() {
+    let nodes = common::nodes(3);
+    let busy = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let mut loopers = Vec::new();
+    for _ in 0..4 {
+        let (client, busy) = (common::client(&nodes), busy.clone());
+        loopers.push(tokio::spawn(async move {
+            let opts = common::opts(5_000).wait(Duration::from_secs(10));
+            // Bounded: the test ends the loop within its own 10 s.
+            let end = Instant::now() + Duration::from_secs(20);
+            while busy.load(Ordering::SeqCst) && Instant::now() < end {
+                if let Ok(lock) = client.acquire("busy", &opts).await {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    let _ = lock.release().await;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // A TTL of 600 ms: the multi-lock waits for "busy" in turns of about 300 ms, while the
+    // line ahead of it takes four holds of 150 ms.
+    let multi = common::client(&nodes);
+    let got = multi
+        .acquire_all(
+            &["another", "busy"],
+            &common::opts(600).wait(Duration::from_secs(10)),
+        )
+        .await;
+    busy.store(false, Ordering::SeqCst);
+    let all = got.expect("the multi-lock got its turn");
+    all.release().await.unwrap();
+    for looper in loopers {
+        looper.await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_lock_dropped_while_it_waits_gives_back_the_names_it_took() {
     let nodes = common::nodes(3);

@@ -57,7 +57,20 @@ pub(crate) async fn acquire(
     opts: &LockOptions,
     wait: Duration,
 ) -> Result<Lock> {
+    acquire_waiting_since(cluster, name, opts, wait, Instant::now()).await
+}
+
+/// [`acquire`] for a caller that has waited for the lock since `waiting_since` already, in an
+/// earlier acquire: its place in line goes where that earlier wait put it, not at the back.
+pub(crate) async fn acquire_waiting_since(
+    cluster: &Arc<Cluster>,
+    name: &str,
+    opts: &LockOptions,
+    wait: Duration,
+    waiting_since: Instant,
+) -> Result<Lock> {
     let started = Instant::now();
+    let waiting_since = waiting_since.min(started);
     let result = async {
         let keys = cluster.keys(name, &opts.kind)?;
         opts.validate(&cluster.settings)?;
@@ -70,7 +83,7 @@ pub(crate) async fn acquire(
         } else {
             // Subscribed before the first attempt, so that no release is missed.
             cluster.subscribe(cluster.settings.node_timeout).await;
-            Some(Queued::new(cluster, keys.clone(), opts, started))
+            Some(Queued::new(cluster, keys.clone(), opts, waiting_since))
         };
         // A client that takes this lock in a loop: its last release may have kept its place in
         // line (see `lua/release.lua`), and this lock's release keeps it again if the lock is
@@ -104,10 +117,10 @@ pub(crate) async fn acquire(
             if queued.is_none()
                 && !opts.is_fair()
                 && !wait.is_zero()
-                && started.elapsed() >= UNFAIR_QUEUE_AFTER
+                && waiting_since.elapsed() >= UNFAIR_QUEUE_AFTER
             {
                 cluster.subscribe(cluster.settings.node_timeout).await;
-                queued = Some(Queued::new(cluster, keys.clone(), opts, started));
+                queued = Some(Queued::new(cluster, keys.clone(), opts, waiting_since));
             }
             if let Some(q) = queued.as_mut() {
                 if let Some(lock) = handed_over(cluster, name, q, opts).await {
@@ -256,7 +269,7 @@ pub(crate) async fn acquire(
                     // Not yet queued, so no release can wake it: its next attempt comes when
                     // it queues, not a whole retry delay later (a delay longer than the
                     // holder's remaining time would have it sleep through the release).
-                    delay = delay.min(UNFAIR_QUEUE_AFTER.saturating_sub(started.elapsed()));
+                    delay = delay.min(UNFAIR_QUEUE_AFTER.saturating_sub(waiting_since.elapsed()));
                 }
                 debug!(attempt = attempts, error = %error, delay = ?delay, "attempt failed; retrying");
                 delay

@@ -16,7 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(crate) use acquire::acquire;
+pub(crate) use acquire::{acquire, acquire_waiting_since};
 pub(crate) use extend::{extend_key, extend_token};
 pub(crate) use release::{Releaser, release_key, release_token};
 

@@ -160,7 +160,9 @@ impl Drop for Taken {
 }
 
 /// Takes `name`, in turns short enough that the names in `held` never run low meanwhile:
-/// between turns they are extended to the full TTL.
+/// between turns they are extended to the full TTL. Each turn waits in line where the first
+/// put it: a turn that went to the back of the line could be passed over for as long as
+/// others keep the name busy.
 async fn take_keeping_alive(
     cluster: &Arc<Cluster>,
     name: &str,
@@ -168,6 +170,7 @@ async fn take_keeping_alive(
     wait_until: Instant,
     held: &mut [Lock],
 ) -> Result<Lock> {
+    let waiting_since = Instant::now();
     loop {
         let left = wait_until.saturating_duration_since(Instant::now());
         // Half of what the held names have left, so that there is time to extend them after.
@@ -176,7 +179,7 @@ async fn take_keeping_alive(
         } else {
             left.min(shortest_remaining(held) / 2)
         };
-        match lock::acquire(cluster, name, opts, turn).await {
+        match lock::acquire_waiting_since(cluster, name, opts, turn, waiting_since).await {
             Ok(lock) => return Ok(lock),
             Err(e @ (Error::Contended { .. } | Error::Timeout { .. })) if turn < left => {
                 debug!(lock = name, "{e}");
