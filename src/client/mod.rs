@@ -18,7 +18,7 @@ use crate::cluster::Cluster;
 use crate::config::{LockKind, LockOptions};
 use crate::doctor::{self, DoctorReport};
 use crate::error::{Error, Result};
-use crate::guard::{LockGuard, LockWatch, RenewOptions};
+use crate::guard::{LockGuard, LockWatch, RenewOptions, guard_runtime};
 use crate::lock::{self, Lock};
 use crate::multi::{self, MultiGuard, MultiLock};
 
@@ -198,13 +198,15 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::acquire_all`] and [`MultiLock::into_guard`].
+    /// As [`Client::acquire_all`] and [`MultiLock::into_guard`]; bad renewal options are
+    /// refused before any node is contacted.
     pub async fn acquire_all_guard(
         &self,
         names: &[&str],
         opts: &LockOptions,
         renew: RenewOptions,
     ) -> Result<MultiGuard> {
+        self.check_guard(opts, &renew)?;
         self.acquire_all(names, opts).await?.into_guard(renew)
     }
 
@@ -212,14 +214,24 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::acquire`] and [`Lock::into_guard`].
+    /// As [`Client::acquire`] and [`Lock::into_guard`]; bad renewal options are refused
+    /// before any node is contacted.
     pub async fn acquire_guard(
         &self,
         name: &str,
         opts: &LockOptions,
         renew: RenewOptions,
     ) -> Result<LockGuard> {
+        self.check_guard(opts, &renew)?;
         self.acquire(name, opts).await?.into_guard(renew)
+    }
+
+    /// What would make `into_guard` refuse a lock taken with `opts`, checked before the lock is
+    /// taken: a lock acquired only to be refused would be held for nothing.
+    fn check_guard(&self, opts: &LockOptions, renew: &RenewOptions) -> Result<()> {
+        opts.validate(&self.cluster.settings)?;
+        renew.validate(opts.ttl)?;
+        guard_runtime().map(drop)
     }
 
     /// Runs `work` while holding the lock `name`, renewed in the background, and releases it

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
-use tracing::{Instrument, info_span};
+use tracing::{Instrument, debug, info_span};
 
 use crate::config::limits;
 use crate::error::{Error, Result};
@@ -102,7 +102,8 @@ impl RenewOptions {
         self
     }
 
-    fn validate(&self, ttl: Duration) -> Result<()> {
+    /// Checks the options against a lock's TTL; nothing is sent.
+    pub(crate) fn validate(&self, ttl: Duration) -> Result<()> {
         if let Some(interval) = self.interval {
             if interval < Duration::from_millis(1) || interval >= ttl {
                 return Err(Error::invalid(
@@ -217,15 +218,26 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for bad renewal options, or when called outside a Tokio runtime.
+    /// [`Error::InvalidArgument`] for bad renewal options, in which case the lock is released
+    /// in the background, or when called outside a Tokio runtime, in which case nothing can be
+    /// sent and the lock expires at its TTL.
     pub fn into_guard(self, opts: RenewOptions) -> Result<LockGuard> {
-        opts.validate(self.ttl)?;
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            Error::invalid(
-                "runtime",
-                "a LockGuard renews from a Tokio runtime; create it inside one",
-            )
-        })?;
+        let runtime = guard_runtime()?;
+        if let Err(e) = opts.validate(self.ttl) {
+            // Refused, but the lock is held: give it back rather than leave it held by nobody
+            // until its TTL.
+            runtime.spawn(give_back(self));
+            return Err(e);
+        }
+        Ok(self.guard_on(&runtime, opts))
+    }
+
+    /// The guard itself, once the options are checked and a runtime is at hand.
+    pub(crate) fn guard_on(
+        self,
+        runtime: &tokio::runtime::Handle,
+        opts: RenewOptions,
+    ) -> LockGuard {
         let Lock {
             cluster,
             name,
@@ -258,7 +270,7 @@ impl Lock {
         };
         let span = info_span!("guard", lock = ?name);
         runtime.spawn(task.run(commands_rx).instrument(span));
-        Ok(LockGuard {
+        LockGuard {
             watch: LockWatch {
                 name,
                 token,
@@ -266,7 +278,25 @@ impl Lock {
                 status: status_rx,
             },
             commands: Some(commands_tx),
-        })
+        }
+    }
+}
+
+/// The runtime a guard renews from: the caller's.
+pub(crate) fn guard_runtime() -> Result<tokio::runtime::Handle> {
+    tokio::runtime::Handle::try_current().map_err(|_| {
+        Error::invalid(
+            "runtime",
+            "a LockGuard renews from a Tokio runtime; create it inside one",
+        )
+    })
+}
+
+/// Releases a lock that was not handed to a guard after all; what cannot be released expires
+/// at its TTL.
+pub(crate) async fn give_back(lock: Lock) {
+    if let Err(e) = lock.release().await {
+        debug!("giving back a lock refused a guard: {e} (it expires at its TTL)");
     }
 }
 

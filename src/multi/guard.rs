@@ -7,7 +7,7 @@ use futures::future::{join_all, select_all};
 
 use super::MultiLock;
 use crate::error::Result;
-use crate::guard::{LockGuard, LockState, RenewOptions};
+use crate::guard::{LockGuard, LockState, RenewOptions, give_back, guard_runtime};
 
 /// Several locks renewed in the background until they are released or dropped; see
 /// [`LockGuard`], which each name has. The multi-lock is lost as soon as one name is.
@@ -24,14 +24,22 @@ impl MultiLock {
     ///
     /// # Errors
     ///
-    /// As [`Lock::into_guard`](crate::Lock::into_guard); the names are released then.
+    /// As [`Lock::into_guard`](crate::Lock::into_guard): for bad renewal options every name
+    /// is released in the background; outside a Tokio runtime nothing can be sent and the
+    /// names expire at their TTL.
     pub fn into_guard(self, opts: RenewOptions) -> Result<MultiGuard> {
-        let mut guards = Vec::with_capacity(self.locks().len());
-        for lock in self.into_locks() {
-            // A guard that fails drops the ones made so far, which releases them; the locks
-            // not yet handed over expire at their TTL.
-            guards.push(lock.into_guard(opts.clone())?);
+        let runtime = guard_runtime()?;
+        // Every name is checked before any is handed over, so that a refusal gives back all of
+        // them, not only those not yet guarded.
+        if let Err(e) = self.locks().iter().try_for_each(|l| opts.validate(l.ttl())) {
+            runtime.spawn(join_all(self.into_locks().into_iter().map(give_back)));
+            return Err(e);
         }
+        let guards = self
+            .into_locks()
+            .into_iter()
+            .map(|lock| lock.guard_on(&runtime, opts.clone()))
+            .collect();
         Ok(MultiGuard { guards })
     }
 }
