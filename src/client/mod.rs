@@ -18,7 +18,7 @@ use crate::cluster::Cluster;
 use crate::config::{LockKind, LockOptions};
 use crate::doctor::{self, DoctorReport};
 use crate::error::{Error, Result};
-use crate::guard::{LockGuard, LockWatch, RenewOptions, guard_runtime};
+use crate::guard::{LockGuard, LockState, LockWatch, RenewOptions, guard_runtime};
 use crate::lock::{self, Lock};
 use crate::multi::{self, MultiGuard, MultiLock};
 
@@ -236,7 +236,9 @@ impl Client {
 
     /// Runs `work` while holding the lock `name`, renewed in the background, and releases it
     /// afterwards. If the lock is lost first, `work` is stopped (its future dropped) and the
-    /// result is [`Error::LockLost`].
+    /// result is [`Error::LockLost`]. So it is, with the work's value dropped, when the work
+    /// finishes after the lock's validity ran out (work that blocked its thread past it, say,
+    /// so that no loss could be noticed while it ran).
     ///
     /// ```no_run
     /// # async fn f(client: redquorum::Client) -> Result<(), redquorum::Error> {
@@ -253,7 +255,8 @@ impl Client {
     ///
     /// # Errors
     ///
-    /// As [`Client::acquire`]; [`Error::LockLost`] when the lock was lost while `work` ran.
+    /// As [`Client::acquire_guard`]; [`Error::LockLost`] when the lock was lost while `work`
+    /// ran or by the time it finished.
     pub async fn with_lock<T, F, Fut>(&self, name: &str, opts: &LockOptions, work: F) -> Result<T>
     where
         F: FnOnce(LockWatch) -> Fut,
@@ -270,8 +273,12 @@ impl Client {
             () = watch.lost() => None,
             value = work(guard.watch()) => Some(value),
         };
+        // The renewal task publishes a loss only when it runs, which work that blocks its
+        // thread (or a paused process) delays past the validity: so the validity itself is
+        // read as the work ends. A lock lost by then may have been someone else's for the
+        // work's last part, and the work's value is no result of a held lock.
         match outcome {
-            Some(value) => {
+            Some(value) if watch.state() != LockState::Lost => {
                 if let Err(e) = guard.release().await {
                     warn!(
                         lock = name,
@@ -280,7 +287,7 @@ impl Client {
                 }
                 Ok(value)
             }
-            None => Err(Error::LockLost {
+            _ => Err(Error::LockLost {
                 name: name.to_owned(),
             }),
         }
