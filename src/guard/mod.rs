@@ -1,7 +1,10 @@
 //! Holding a lock over time: background renewal on a quorum, the holder's state, release on drop.
 //!
 //! A [`LockGuard`] owns a background task that extends the lock every `interval` (TTL/3 by
-//! default), each extension with its own deadline inside the remaining validity. The holder's
+//! default), each extension with its own deadline inside the remaining validity. Renewals are
+//! also timed by the validity left (a renewal is due once it falls to TTL − interval at the
+//! latest), so a lock handed over with less than that left is renewed at once rather than
+//! after an interval. The holder's
 //! state goes Held → Suspect (a renewal failed; the lock is still valid) → Lost (validity ran
 //! out without a quorum renewal, or the nodes said the lock is gone), and is published on a
 //! watch channel that [`LockWatch`] reads. Renewal never deletes the lock and never recreates it
@@ -84,6 +87,13 @@ pub struct RenewOptions {
 impl RenewOptions {
     /// Time between renewals. Default: a third of the lock's TTL, so that two renewals in a
     /// row can fail (each taking at most the per-node deadline) before the lock runs out.
+    ///
+    /// A renewal is due once the lock's remaining validity falls to TTL − `interval`, and,
+    /// after a renewal, no sooner than `interval` after it began (nor than half the validity
+    /// it left, if that is less). So a lock is renewed every `interval` in the normal case, a
+    /// lock handed to [`Lock::into_guard`] (or taken) with less validity left than TTL −
+    /// `interval` is renewed at once, and an interval close to the TTL still renews inside
+    /// the validity, though leaving each renewal little time to reach a quorum.
     pub fn interval(mut self, interval: Duration) -> Self {
         self.interval = Some(interval);
         self

@@ -34,8 +34,10 @@ impl Renewal {
         let started = Instant::now();
         let interval = self.opts.interval.unwrap_or(self.ttl / 3);
         // After a failed renewal, try again sooner than the interval, but not in a tight loop.
-        let retry = (interval / 4).max(Duration::from_millis(10));
-        let mut next = started + interval;
+        let retry = (interval / 4).max(MIN_RETRY);
+        // Counted from the validity, not from the guard's making: a lock handed over with
+        // less than an interval left would otherwise run out before its first renewal.
+        let mut next = renew_at(self.status.borrow().valid_until, self.ttl, interval);
         loop {
             let status = self.status.borrow().clone();
             let wake = match (status.state, status.stopped) {
@@ -93,7 +95,7 @@ impl Renewal {
                         s.valid_until = extended.valid_until;
                         s.renewals += 1;
                     });
-                    next = now + interval;
+                    next = renew_after(now, extended.valid_until, self.ttl, interval);
                     if last {
                         self.stop(RenewalStop::MaxHold);
                     }
@@ -110,7 +112,15 @@ impl Renewal {
                         s.state = LockState::Suspect;
                         s.valid_until = s.valid_until.min(extended.valid_until);
                     });
-                    next = now + retry;
+                    // Soon enough that a retry still fits in what is left of the validity
+                    // (when that is more than the least pause between tries).
+                    let now = Instant::now();
+                    let left = self
+                        .status
+                        .borrow()
+                        .valid_until
+                        .saturating_duration_since(now);
+                    next = now + retry.min(left / 2).max(MIN_RETRY);
                 }
             }
         }
@@ -191,9 +201,75 @@ impl Renewal {
     }
 }
 
+/// When to renew a lock that a renewal begun at `began` left valid until `valid_until`: as
+/// [`renew_at`], but no sooner than an interval after `began` (or half the validity left, if
+/// that is less). Without that floor an interval shorter than the drift allowance would make
+/// every renewal due as soon as the last one ended. In the normal case (an interval well
+/// below the TTL) the floor is what times it: a renewal every interval.
+fn renew_after(began: Instant, valid_until: Instant, ttl: Duration, interval: Duration) -> Instant {
+    let half_left = valid_until.saturating_duration_since(began) / 2;
+    renew_at(valid_until, ttl, interval).max(began + interval.min(half_left))
+}
+
+/// The least time between two tries of a renewal that failed.
+const MIN_RETRY: Duration = Duration::from_millis(10);
+
+/// When to renew a lock valid until `valid_until`: once what is left of its validity falls to
+/// `ttl - interval`, so that a fresh lock (valid for about `ttl`) is renewed every `interval`
+/// less the drift allowance, and a lock with less than that left at once.
+fn renew_at(valid_until: Instant, ttl: Duration, interval: Duration) -> Instant {
+    valid_until
+        .checked_sub(ttl.saturating_sub(interval))
+        .unwrap_or_else(Instant::now)
+}
+
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewals_are_due_by_the_validity_left() {
+        let now = Instant::now();
+        let ttl = Duration::from_millis(900);
+        let interval = ttl / 3;
+        // A fresh lock: an interval from its start, less the drift allowance.
+        let fresh = now + ttl - Duration::from_millis(11);
+        assert_eq!(
+            renew_at(fresh, ttl, interval),
+            now + interval - Duration::from_millis(11)
+        );
+        // Less than ttl - interval left: due already.
+        let late = now + Duration::from_millis(287);
+        assert!(renew_at(late, ttl, interval) <= now);
+        // An interval close to the TTL still renews inside the validity.
+        let ttl = Duration::from_secs(1);
+        let valid_until = now + ttl - Duration::from_millis(12);
+        let due = renew_at(valid_until, ttl, Duration::from_millis(990));
+        assert!(due > now && due < valid_until);
+        assert_eq!(
+            renew_after(now, valid_until, ttl, Duration::from_millis(990)),
+            due
+        );
+    }
+
+    #[test]
+    fn renewals_are_no_more_frequent_than_the_interval() {
+        let now = Instant::now();
+        let ttl = Duration::from_secs(10);
+        // The drift allowance of a 10 s TTL is 102 ms, more than this interval.
+        let valid_until = now + ttl - Duration::from_millis(102);
+        let interval = Duration::from_millis(50);
+        assert!(renew_at(valid_until, ttl, interval) < now);
+        assert_eq!(renew_after(now, valid_until, ttl, interval), now + interval);
+        // The default interval: every interval from the renewal's start.
+        let interval = ttl / 3;
+        assert_eq!(renew_after(now, valid_until, ttl, interval), now + interval);
     }
 }
