@@ -2,13 +2,14 @@
 //!
 //! A [`LockGuard`] owns a background task that extends the lock every `interval` (TTL/3 by
 //! default), each extension with its own deadline inside the remaining validity. Renewals are
-//! also timed by the validity left (a renewal is due once it falls to TTL − interval at the
-//! latest), so a lock handed over with less than that left is renewed at once rather than
-//! after an interval. The holder's
-//! state goes Held → Suspect (a renewal failed; the lock is still valid) → Lost (validity ran
-//! out without a quorum renewal, or the nodes said the lock is gone), and is published on a
-//! watch channel that [`LockWatch`] reads. Renewal never deletes the lock and never recreates it
-//! on a node that lost it: it is [`Lock::extend`]'s compare-and-expire.
+//! also timed by the validity left (one is due once it falls to TTL − interval at the latest),
+//! so a lock handed over with less than that left is renewed at once rather than after an
+//! interval. The holder's state goes Held → Suspect (a renewal failed; the lock is still
+//! valid) → Lost (validity ran out without a quorum renewal, or the nodes said the lock is
+//! gone), and is published on a watch channel that [`LockWatch`] reads. A hold limit
+//! ([`RenewOptions::max_hold`]) ends the hold like a loss, and the task then releases the
+//! lock. Renewal never deletes the lock and never recreates it on a node that lost it: it is
+//! [`Lock::extend`]'s compare-and-expire.
 //!
 //! The task holds only a weak reference to the client, so a guard never keeps a client alive.
 
@@ -55,7 +56,8 @@ impl LockState {
 pub enum RenewalStop {
     /// [`RenewOptions::max_renewals`] renewals were made.
     MaxRenewals,
-    /// [`RenewOptions::max_hold`] was reached: the lock now expires at that point.
+    /// [`RenewOptions::max_hold`] is reached, or its last renewal is made: the lock's validity
+    /// ends at the limit, where the guard releases it (see [`RenewOptions::max_hold`]).
     MaxHold,
     /// Every [`Client`](crate::Client) handle was dropped, so there is nothing to renew with.
     ClientDropped,
@@ -71,7 +73,8 @@ pub struct GuardStatus {
     pub valid_until: Instant,
     /// Successful renewals so far.
     pub renewals: u64,
-    /// Set when renewal stopped by itself; the lock then runs out at `valid_until`.
+    /// Set when renewal stopped by itself; the lock then runs out at `valid_until` (and with
+    /// [`RenewalStop::MaxHold`] the guard releases it then).
     pub stopped: Option<RenewalStop>,
 }
 
@@ -105,8 +108,18 @@ impl RenewOptions {
         self
     }
 
-    /// Never hold the lock longer than this from the moment the guard is made: renewals are
-    /// shortened so the lock expires then. Default: no limit.
+    /// Never hold the lock longer than this from the moment the guard is made. Default: no
+    /// limit.
+    ///
+    /// The guard's validity never reaches past the limit, and renewals ask for no more TTL than
+    /// is left of it. Renewals are timed by that validity, so a lock whose TTL reaches past the
+    /// limit gets a shortening renewal before it, and the masters' keys expire then. When the
+    /// validity ends at the limit, the state turns [`LockState::Lost`] with
+    /// [`RenewalStop::MaxHold`] and the guard releases the lock, so that another client can
+    /// take it at once; a later [`LockGuard::release`] has nothing left to do. A reentrant
+    /// lock's renewals never shorten its TTL (the owner's other holds count on it), so there
+    /// the release gives up this hold, and the lock stays held only while the owner has other
+    /// holds. Should the release fail, the keys expire at their TTL.
     pub fn max_hold(mut self, max: Duration) -> Self {
         self.max_hold = Some(max);
         self
@@ -259,6 +272,10 @@ impl Lock {
             held,
             next_hold: _,
         } = self;
+        // The holder is never told of validity past the hold limit, and the first renewal,
+        // timed by that validity, shortens a TTL that reaches past it.
+        let hold_end = opts.max_hold.map(|max| Instant::now() + max);
+        let valid_until = hold_end.map_or(valid_until, |end| valid_until.min(end));
         let (status_tx, status_rx) = watch::channel(GuardStatus {
             state: LockState::Held,
             valid_until,
@@ -276,6 +293,8 @@ impl Lock {
             ttl,
             opts,
             status: status_tx,
+            hold_end,
+            released: false,
             _held: held,
         };
         let span = info_span!("guard", lock = ?name);

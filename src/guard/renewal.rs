@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::{Command, GuardStatus, LockState, RenewOptions, RenewalStop};
 use crate::cluster::Cluster;
@@ -26,12 +26,16 @@ pub(super) struct Renewal {
     pub(super) ttl: Duration,
     pub(super) opts: RenewOptions,
     pub(super) status: watch::Sender<GuardStatus>,
+    /// When [`RenewOptions::max_hold`] runs out (counted from the guard's making), if set.
+    pub(super) hold_end: Option<Instant>,
+    /// Set once the guard released the lock at its hold limit: a release asked for later has
+    /// nothing left to do.
+    pub(super) released: bool,
     pub(super) _held: HeldGauge,
 }
 
 impl Renewal {
-    pub(super) async fn run(self, mut commands: oneshot::Receiver<Command>) {
-        let started = Instant::now();
+    pub(super) async fn run(mut self, mut commands: oneshot::Receiver<Command>) {
         let interval = self.opts.interval.unwrap_or(self.ttl / 3);
         // After a failed renewal, try again sooner than the interval, but not in a tight loop.
         let retry = (interval / 4).max(MIN_RETRY);
@@ -54,15 +58,21 @@ impl Renewal {
             }
             let now = Instant::now();
             if now >= status.valid_until {
+                let at_hold_limit = status.stopped == Some(RenewalStop::MaxHold)
+                    || self.hold_end.is_some_and(|end| now >= end);
                 if status.state != LockState::Lost {
-                    self.lose("its validity ran out without a quorum renewal");
+                    if at_hold_limit {
+                        self.end_hold().await;
+                    } else {
+                        self.lose("its validity ran out without a quorum renewal");
+                    }
                 }
                 continue;
             }
             if status.stopped.is_some() || now < next {
                 continue;
             }
-            let Some((ttl, last)) = self.next_ttl(&status, started, now) else {
+            let Some((ttl, last)) = self.next_ttl(&status, now) else {
                 continue;
             };
             let Some(cluster) = self.cluster.upgrade() else {
@@ -128,12 +138,7 @@ impl Renewal {
 
     /// The TTL for the next renewal and whether it is the last one (it reaches the hold
     /// limit), or `None` when a limit says to stop renewing now.
-    fn next_ttl(
-        &self,
-        status: &GuardStatus,
-        started: Instant,
-        now: Instant,
-    ) -> Option<(Duration, bool)> {
+    fn next_ttl(&self, status: &GuardStatus, now: Instant) -> Option<(Duration, bool)> {
         if self
             .opts
             .max_renewals
@@ -142,10 +147,10 @@ impl Renewal {
             self.stop(RenewalStop::MaxRenewals);
             return None;
         }
-        let Some(max_hold) = self.opts.max_hold else {
+        let Some(hold_end) = self.hold_end else {
             return Some((self.ttl, false));
         };
-        let left = (started + max_hold).saturating_duration_since(now);
+        let left = hold_end.saturating_duration_since(now);
         if left < limits::MIN_TTL {
             self.stop(RenewalStop::MaxHold);
             return None;
@@ -162,6 +167,30 @@ impl Renewal {
         self.status.send_modify(|s| s.stopped = Some(reason));
     }
 
+    /// The hold limit is reached: the holder is told the lock is gone, and then it is
+    /// released, so that nobody waits for its TTL (which a reentrant lock's renewals never
+    /// shorten, and which the acquire may have set past the limit).
+    async fn end_hold(&mut self) {
+        // Counted once per guard: the last renewal before the limit has counted it already.
+        if self.status.borrow().stopped != Some(RenewalStop::MaxHold) {
+            crate::metrics::renewal(&self.keys.kind, "limit");
+        }
+        // Lost first: the holder must stop before anyone else can have the lock.
+        self.status.send_modify(|s| {
+            s.state = LockState::Lost;
+            s.stopped = Some(RenewalStop::MaxHold);
+        });
+        match self.release().await {
+            Ok(()) => {
+                info!("the hold limit is reached; the lock is released");
+                self.released = true;
+            }
+            Err(e) => warn!(
+                "the hold limit is reached, but the release failed (the lock expires at its TTL): {e}"
+            ),
+        }
+    }
+
     fn lose(&self, why: &str) {
         crate::metrics::renewal(&self.keys.kind, "lost");
         crate::metrics::lock_lost(&self.keys.kind);
@@ -169,9 +198,9 @@ impl Renewal {
         self.status.send_modify(|s| s.state = LockState::Lost);
     }
 
-    /// Releases the lock: on request (with a reply) or because the guard was dropped.
-    async fn finish(self, command: Option<Command>) {
-        let result = match self.cluster.upgrade() {
+    /// Releases the lock on every node, as its holder.
+    async fn release(&self) -> crate::error::Result<()> {
+        match self.cluster.upgrade() {
             Some(cluster) => {
                 release_key(
                     &cluster,
@@ -187,6 +216,15 @@ impl Renewal {
                 "client",
                 "every Client handle was dropped, so nothing could be sent; the lock expires at its TTL",
             )),
+        }
+    }
+
+    /// Releases the lock: on request (with a reply) or because the guard was dropped.
+    async fn finish(self, command: Option<Command>) {
+        let result = if self.released {
+            Ok(())
+        } else {
+            self.release().await
         };
         match command {
             Some(Command::Release(reply)) => {
