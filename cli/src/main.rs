@@ -14,6 +14,14 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // `redquorum run` starts its command through this binary (see `commands::launch`).
+    #[cfg(target_os = "linux")]
+    {
+        let mut args = std::env::args_os();
+        if args.nth(1).is_some_and(|first| first == commands::LAUNCHER) {
+            return ExitCode::from(commands::launch(args));
+        }
+    }
     let args = match commands::Cli::try_parse() {
         Ok(args) => args,
         Err(e) => {

@@ -417,3 +417,74 @@ async fn argument_errors_exit_with_ex_usage_and_help_succeeds() {
     assert_eq!(code, Some(0));
     assert!(stdout.contains(env!("CARGO_PKG_VERSION")), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_signal_that_would_end_it_is_passed_on_and_the_lock_released_after() {
+    use nix::sys::signal::Signal;
+    let nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    for signal in [
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGALRM,
+    ] {
+        let name = signal.as_str().trim_start_matches("SIG");
+        let log = dir.path().join(name);
+        let script = format!(
+            "trap 'echo got-{name} >> {log}; exit 42' {name}; echo started >> {log}; while :; do sleep 0.05; done",
+            log = log.display()
+        );
+        let lock = format!("signalled-{name}");
+        let child = run(&nodes, &lock, &[], &script);
+        assert!(
+            common::eventually(Duration::from_secs(5), || async {
+                read(&log).contains("started")
+            })
+            .await,
+            "{name}: the command did not start"
+        );
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+        nix::sys::signal::kill(pid, signal).unwrap();
+        // redquorum outlives the signal, waits for the command and exits with its code...
+        let (status, stderr) = finish(child).await;
+        assert_eq!(status.code(), Some(42), "{name}: {status:?} {stderr}");
+        assert!(read(&log).contains(&format!("got-{name}")), "{name}");
+        // ...and releases the lock only then.
+        assert!(
+            !common::client(&nodes).inspect(&lock).await.unwrap().held,
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_killed_outright_takes_its_command_with_it() {
+    let nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let script = format!(
+        "echo $$ > {}.tmp && mv {0}.tmp {0}; while :; do sleep 0.05; done",
+        pid_file.display()
+    );
+    let mut child = run(&nodes, "killed", &["--ttl", "2s"], &script);
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            read(&pid_file).ends_with('\n')
+        })
+        .await
+    );
+    let command: u32 = read(&pid_file).trim().parse().unwrap();
+    // SIGKILL: redquorum can neither pass it on nor release the lock.
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{command}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+    };
+    assert!(
+        common::eventually(Duration::from_secs(5), || async { !running() }).await,
+        "the command ran on without the lock after redquorum was killed"
+    );
+}

@@ -62,6 +62,16 @@ pub(crate) enum LogFormat {
     Json,
 }
 
+impl LogFormat {
+    /// The value of `--log-format` that gives this format.
+    fn as_arg(self) -> &'static str {
+        match self {
+            LogFormat::Human => "human",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
 /// Where the masters are (`--nodes`, else `REDQUORUM_NODES`, else the config file's `nodes`)
 /// and how the client treats them.
 #[derive(Debug, clap::Args)]
@@ -289,7 +299,11 @@ pub(crate) fn init_tracing(format: LogFormat, default_level: &str) {
     }
 }
 
+#[cfg(target_os = "linux")]
+pub(crate) use run::{LAUNCHER, launch};
+
 pub(crate) async fn run(cli: Cli) -> ExitCode {
+    let log_format = cli.log_format;
     let code = match cli.command {
         Command::Serve(args) => serve::serve(args).await,
         Command::Demo { masters, pairs } => demo::run(masters, pairs).await,
@@ -341,7 +355,9 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             kill_after,
             command,
         } => match (locks.lock_set(), nodes.client()) {
-            (Ok(set), Ok(client)) => run::run(&client, &set, ttl, wait, kill_after, &command).await,
+            (Ok(set), Ok(client)) => {
+                run::run(&client, &set, ttl, wait, kill_after, &command, log_format).await
+            }
             (Err(message), _) => usage(&message),
             (_, Err(code)) => code,
         },
@@ -403,8 +419,11 @@ REDQUORUM_FENCE (the fencing token, to send with every write to the protected re
 REDQUORUM_OWNER (the owner id: commands under one run count as one holder of its reentrant
 locks; it is a capability, so keep it out of logs). With several --lock, REDQUORUM_LOCK,
 REDQUORUM_TOKEN and REDQUORUM_FENCE hold one line per lock, in the order they were taken.
-SIGINT and SIGTERM sent to redquorum are passed on to the command; the lock is released
-after the command exits. If the lock is lost while the command runs (a majority of nodes
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM sent to redquorum are passed
+on to the command (redquorum does not die of them); the lock is released after the command
+exits, and redquorum exits with the command's code. If redquorum itself is killed (SIGKILL),
+the command's process is killed too (on Linux, by a parent-death signal; processes it started
+go only if it takes them with it), since nothing renews the lock any more. If the lock is lost while the command runs (a majority of nodes
 unreachable for longer than the lock's validity), the command gets SIGTERM, then SIGKILL
 after --kill-after. When stdin is not a terminal the command runs in its own process group
 and these signals go to the whole group (a shell's children too).

@@ -4,12 +4,17 @@ use std::io::IsTerminal;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use std::future::poll_fn;
+use std::task::Poll;
+
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use redquorum::config::limits;
 use redquorum::{Client, Error, LockGuard, LockKind, LockOptions, MultiGuard, Owner, RenewOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
+
+use super::LogFormat;
 
 use super::{
     EXIT_CANNOT_EXECUTE, EXIT_LOCK_LOST, EXIT_NOT_FOUND, EXIT_SOFTWARE, EXIT_TEMPFAIL,
@@ -82,6 +87,46 @@ impl RunLocks {
     }
 }
 
+/// The signals that would end redquorum by default and leave its command running without the
+/// lock: each is passed on to the command instead (as GNU `timeout` does), and redquorum
+/// releases the lock once the command has exited. SIGKILL cannot be caught; for it the command
+/// is given a parent-death signal (see [`command_under_parent`]).
+const PASSED_ON: [Signal; 7] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGALRM,
+];
+
+/// Listeners for [`PASSED_ON`]: while they exist, those signals no longer end the process.
+struct PassedOn(Vec<(Signal, tokio::signal::unix::Signal)>);
+
+impl PassedOn {
+    fn listen() -> std::io::Result<Self> {
+        PASSED_ON
+            .iter()
+            .map(|&sig| Ok((sig, signal(SignalKind::from_raw(sig as i32))?)))
+            .collect::<std::io::Result<_>>()
+            .map(PassedOn)
+    }
+
+    /// The next signal received.
+    async fn next(&mut self) -> Signal {
+        poll_fn(|cx| {
+            for (sig, listener) in &mut self.0 {
+                if listener.poll_recv(cx).is_ready() {
+                    return Poll::Ready(*sig);
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+}
+
 pub(super) async fn run(
     client: &Client,
     set: &LockSet,
@@ -89,6 +134,7 @@ pub(super) async fn run(
     wait: Duration,
     kill_after: Duration,
     command: &[String],
+    log_format: LogFormat,
 ) -> u8 {
     let name = set.names.join(", ");
     let name = name.as_str();
@@ -137,10 +183,8 @@ pub(super) async fn run(
         Some(split) => split,
         None => return EXIT_SOFTWARE,
     };
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .envs(guard.env())
-        .env("REDQUORUM_OWNER", set.owner.id());
+    let mut cmd = command_under_parent(program, args, log_format);
+    cmd.envs(guard.env()).env("REDQUORUM_OWNER", set.owner.id());
     // In a terminal the command must stay in the foreground process group to read the
     // terminal; elsewhere (cron, CI) it gets a group of its own, so that signals reach all of
     // its processes.
@@ -148,15 +192,12 @@ pub(super) async fn run(
     if own_group {
         cmd.process_group(0);
     }
-    // Listening before the command starts: a SIGTERM that came between its start and our
+    // Listening before the command starts: a signal that came between its start and our
     // listening would end this process by default and leave the command running on its own,
-    // with the lock held until its TTL.
-    let (mut interrupts, mut terminations) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (i, t),
-        (Err(e), _) | (_, Err(e)) => {
+    // with the lock held until its TTL and then not at all.
+    let mut signals = match PassedOn::listen() {
+        Ok(signals) => signals,
+        Err(e) => {
             tracing::error!("cannot listen for signals; the command was not run: {e}");
             release(guard, name).await;
             return EXIT_SOFTWARE;
@@ -193,8 +234,7 @@ pub(super) async fn run(
                 terminate(&mut child, target, kill_after).await;
                 break EXIT_LOCK_LOST;
             }
-            _ = interrupts.recv() => forward(target, Signal::SIGINT),
-            _ = terminations.recv() => forward(target, Signal::SIGTERM),
+            signal = signals.next() => forward(target, signal),
         }
     };
     release(guard, name).await;
@@ -280,5 +320,94 @@ fn status_code(status: ExitStatus) -> u8 {
         (Some(code), _) => u8::try_from(code).unwrap_or(EXIT_SOFTWARE),
         (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(EXIT_SOFTWARE),
         (None, None) => EXIT_SOFTWARE,
+    }
+}
+
+/// The first argument that makes the binary the launcher of a `run`'s command (see
+/// [`command_under_parent`]) instead of the command-line interface.
+#[cfg(target_os = "linux")]
+pub(crate) const LAUNCHER: &str = "__redquorum-run-command";
+
+/// A command that runs `program` with `args` and dies with this process.
+///
+/// On Linux the command is started through this binary again ([`LAUNCHER`], then [`launch`]),
+/// which asks the kernel to SIGKILL it when its parent dies (`PR_SET_PDEATHSIG`) and then
+/// executes the command in its own place, keeping that request. So if redquorum is killed
+/// outright (SIGKILL, the OOM killer), the command goes with it instead of running on without
+/// the lock, whose renewal died with redquorum. SIGKILL rather than SIGTERM: a command that
+/// ignored SIGTERM would run on unprotected, and nobody is left to follow up. Asking for it in
+/// the forked child before it executes the command would take `unsafe` (`pre_exec`), which the
+/// workspace forbids. The kernel sends the signal when the *thread* that started the child
+/// ends: the command is started from the future `main` blocks on, which runs on the main
+/// thread, so that is when the process ends. It covers the command's own process: processes
+/// it starts are signalled only if it passes its end on to them.
+#[cfg(target_os = "linux")]
+fn command_under_parent(program: &str, args: &[String], log_format: LogFormat) -> Command {
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg(LAUNCHER)
+        .arg(log_format.as_arg())
+        .arg(std::process::id().to_string())
+        .arg(program)
+        .args(args);
+    cmd
+}
+
+#[cfg(not(target_os = "linux"))]
+fn command_under_parent(program: &str, args: &[String], _log_format: LogFormat) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    cmd
+}
+
+/// The launcher's part: `args` are what follows [`LAUNCHER`] (the log format, the parent's
+/// pid, the command and its arguments). It only returns if the command could not be executed,
+/// with the exit code `run` documents for that.
+#[cfg(target_os = "linux")]
+pub(crate) fn launch(mut args: impl Iterator<Item = std::ffi::OsString>) -> u8 {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStringExt;
+
+    use clap::ValueEnum;
+    use nix::errno::Errno;
+    use nix::sys::prctl;
+    use nix::unistd::{execvp, getppid};
+
+    let format = args
+        .next()
+        .and_then(|f| LogFormat::from_str(f.to_str()?, false).ok())
+        .unwrap_or(LogFormat::Human);
+    super::init_tracing(format, "info");
+    let parent = args.next().and_then(|p| p.to_str()?.parse::<i32>().ok());
+    // An argument cannot hold a NUL byte: the kernel ends each one at the first.
+    let argv: Vec<CString> = match args.map(|a| CString::new(a.into_vec())).collect() {
+        Ok(argv) => argv,
+        Err(e) => {
+            tracing::error!("cannot run the command: {e}");
+            return EXIT_CANNOT_EXECUTE;
+        }
+    };
+    let Some(program) = argv.first() else {
+        tracing::error!("{LAUNCHER} was given no command");
+        return EXIT_SOFTWARE;
+    };
+    if let Err(e) = prctl::set_pdeathsig(Signal::SIGKILL) {
+        tracing::error!("cannot tie the command to redquorum's life; the command was not run: {e}");
+        return EXIT_SOFTWARE;
+    }
+    // redquorum may have died before the request was made, and the request would then never
+    // fire: this process now has another parent.
+    if parent != Some(getppid().as_raw()) {
+        tracing::error!("redquorum ended before its command started; the command was not run");
+        return EXIT_SOFTWARE;
+    }
+    let e = match execvp(program, &argv) {
+        Err(e) => e,
+        Ok(never) => match never {},
+    };
+    tracing::error!("cannot run {program:?}: {e}");
+    if e == Errno::ENOENT {
+        EXIT_NOT_FOUND
+    } else {
+        EXIT_CANNOT_EXECUTE
     }
 }
