@@ -421,7 +421,10 @@ locks; it is a capability, so keep it out of logs). With several --lock, REDQUOR
 REDQUORUM_TOKEN and REDQUORUM_FENCE hold one line per lock, in the order they were taken.
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM sent to redquorum are passed
 on to the command (redquorum does not die of them); the lock is released after the command
-exits, and redquorum exits with the command's code. If redquorum itself is killed (SIGKILL),
+exits, and redquorum exits with the command's code. At a terminal, where the command shares
+the terminal's foreground process group, Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) reach the
+command from the terminal itself and are not passed on again (nor is a SIGINT or SIGQUIT sent
+to redquorum alone then). If redquorum itself is killed (SIGKILL),
 the command's process is killed too (on Linux, by a parent-death signal; processes it started
 go only if it takes them with it), since nothing renews the lock any more. If the lock is lost while the command runs (a majority of nodes
 unreachable for longer than the lock's validity), the command gets SIGTERM, then SIGKILL

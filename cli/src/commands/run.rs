@@ -234,7 +234,15 @@ pub(super) async fn run(
                 terminate(&mut child, target, kill_after).await;
                 break EXIT_LOCK_LOST;
             }
-            signal = signals.next() => forward(target, signal),
+            signal = signals.next() => {
+                // In the terminal's foreground group the command got Ctrl-C's SIGINT and
+                // Ctrl-\'s SIGQUIT from the terminal itself, as redquorum did: passed on, it
+                // would get them twice.
+                let from_terminal = matches!(signal, Signal::SIGINT | Signal::SIGQUIT);
+                if own_group || !from_terminal {
+                    forward(target, signal);
+                }
+            }
         }
     };
     release(guard, name).await;
