@@ -488,3 +488,61 @@ async fn a_run_killed_outright_takes_its_command_with_it() {
         "the command ran on without the lock after redquorum was killed"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mistyped_flag_is_refused_before_any_lock_is_taken() {
+    let nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let urls = nodes.urls().join(",");
+    let touch = format!("touch {}", marker.display());
+    let outcome = |args: Vec<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "run",
+            "--nodes",
+            &urls,
+            "--lock",
+            "typo",
+            "--quarantine",
+            "0s",
+        ])
+        .args(args)
+        .env_remove("REDQUORUM_OWNER")
+        .stdin(Stdio::null());
+        async move {
+            let out = cmd.output().await.unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    // `--tll` for `--ttl`, before and without `--`: refused as a flag, not run as the command.
+    for args in [
+        vec!["--tll", "5s", "--", "sh", "-c", &touch],
+        vec!["--tll", "5s", "sh", "-c", &touch],
+    ] {
+        let (code, stderr) = outcome(args.clone()).await;
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains("unexpected argument '--tll'"), "{stderr}");
+        assert!(!marker.exists(), "{args:?}: the command ran");
+        for i in 0..3 {
+            assert_eq!(
+                common::lock_count(&nodes, i).await,
+                0,
+                "{args:?}: a lock was taken"
+            );
+        }
+    }
+    // The command's own flags are its own, after `--` or after its first word.
+    for args in [
+        vec!["--", "sh", "-c", &touch, "--not-a-run-flag"],
+        vec!["sh", "-c", &touch, "--not-a-run-flag"],
+    ] {
+        let (code, stderr) = outcome(args.clone()).await;
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert!(marker.exists(), "{args:?}");
+        std::fs::remove_file(&marker).unwrap();
+    }
+}

@@ -236,13 +236,11 @@ enum Command {
         /// After the lock is lost and the command got SIGTERM, how long before SIGKILL.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         kill_after: Duration,
-        /// The command and its arguments.
-        #[arg(
-            required = true,
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "CMD"
-        )]
+        /// The command and its arguments, best after `--`. Everything from the command's
+        /// first word on is the command's, but that word itself may not start with '-':
+        /// a mistyped flag (`--tll 5s`) is refused as one, before any lock is taken, instead
+        /// of being run as the command.
+        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
         command: Vec<String>,
     },
     /// Check the masters before trusting them: reachable, independent masters, persistence,
