@@ -546,3 +546,37 @@ async fn a_mistyped_flag_is_refused_before_any_lock_is_taken() {
         std::fs::remove_file(&marker).unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_command_still_ends_on_sigint_and_the_lock_is_released() {
+    let nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    // Stopped as a command that read the terminal from the background would be (SIGTTIN).
+    let script = format!(
+        "echo started >> {log}; kill -STOP $$; echo continued >> {log}",
+        log = log.display()
+    );
+    let child = run(&nodes, "stopped", &[], &script);
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            read(&log).contains("started")
+        })
+        .await
+    );
+    // Stopped, the command acts on nothing but SIGKILL until it is continued.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let (status, stderr) = finish(child).await;
+    // The shell ends of SIGINT once continued, before it says it continued.
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(!read(&log).contains("continued"));
+    assert!(
+        !common::client(&nodes)
+            .inspect("stopped")
+            .await
+            .unwrap()
+            .held
+    );
+}

@@ -106,3 +106,29 @@ async fn one_ctrl_c_reaches_the_command_once() {
     assert_eq!(code, "1", "{shown}");
     assert!(!held(&nodes, "ctrl-c").await, "{shown}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_reads_the_terminal_when_stdin_is_redirected() {
+    if !python() {
+        return;
+    }
+    let nodes = common::nodes(3);
+    let urls = nodes.urls().join(",");
+    let mut run = run_args(&urls, "tty-read");
+    run.extend(["--", "sh", "-c", "read x < /dev/tty; echo \"got:$x\""]);
+    // `redquorum run ... < /dev/null` typed at an interactive terminal: redquorum is in the
+    // terminal's foreground group, its stdin is not the terminal.
+    let line = format!(
+        "exec {} < /dev/null",
+        run.iter()
+            .map(|w| format!("'{w}'"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let (shown, code) = at_terminal("acquired", "an-answer\\n", &["sh", "-c", &line]).await;
+    // A command in a group of its own was in the terminal's background: reading it stopped it
+    // (SIGTTIN), with the lock held, and the run never ended.
+    assert_eq!(code, "0", "{shown}");
+    assert!(shown.contains("got:an-answer"), "{shown}");
+    assert!(!held(&nodes, "tty-read").await, "{shown}");
+}

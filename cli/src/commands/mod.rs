@@ -426,8 +426,10 @@ to redquorum alone then). If redquorum itself is killed (SIGKILL),
 the command's process is killed too (on Linux, by a parent-death signal; processes it started
 go only if it takes them with it), since nothing renews the lock any more. If the lock is lost while the command runs (a majority of nodes
 unreachable for longer than the lock's validity), the command gets SIGTERM, then SIGKILL
-after --kill-after. When stdin is not a terminal the command runs in its own process group
-and these signals go to the whole group (a shell's children too).
+after --kill-after. Unless redquorum runs in the foreground of a terminal (cron, CI, in the
+background, whatever stdin is), the command runs in its own process group, and these signals
+go to the whole group (a shell's children too), followed by SIGCONT, so that a stopped command
+acts on them.
 
 Nodes: --nodes, else REDQUORUM_NODES, else `nodes = [...]` in the TOML file named by
 --config or REDQUORUM_CONFIG.

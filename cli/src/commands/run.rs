@@ -1,6 +1,5 @@
 //! `redquorum run`: hold a lock of any kind, renewed in the background, while a command runs.
 
-use std::io::IsTerminal;
 use std::process::ExitStatus;
 use std::time::Duration;
 
@@ -8,7 +7,7 @@ use std::future::poll_fn;
 use std::task::Poll;
 
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use redquorum::config::limits;
 use redquorum::{Client, Error, LockGuard, LockKind, LockOptions, MultiGuard, Owner, RenewOptions};
 use tokio::process::{Child, Command};
@@ -185,10 +184,10 @@ pub(super) async fn run(
     };
     let mut cmd = command_under_parent(program, args, log_format);
     cmd.envs(guard.env()).env("REDQUORUM_OWNER", set.owner.id());
-    // In a terminal the command must stay in the foreground process group to read the
-    // terminal; elsewhere (cron, CI) it gets a group of its own, so that signals reach all of
-    // its processes.
-    let own_group = !std::io::stdin().is_terminal();
+    // In the foreground of a terminal the command must stay in our process group, the
+    // terminal's foreground group, to read and write the terminal; elsewhere (cron, CI, in
+    // the background) it gets a group of its own, so that signals reach all of its processes.
+    let own_group = !in_terminal_foreground();
     if own_group {
         cmd.process_group(0);
     }
@@ -299,11 +298,29 @@ async fn release(guard: Held, name: &str) {
     }
 }
 
+/// Whether this process is in the foreground process group of its controlling terminal.
+/// Whether stdin is a terminal does not tell: with stdin redirected (`< /dev/null`) a command
+/// put in a group of its own is in the terminal's background, and stops (SIGTTIN, SIGTTOU)
+/// the moment it reads or writes the terminal, holding the lock.
+fn in_terminal_foreground() -> bool {
+    // Opening /dev/tty fails when there is no controlling terminal.
+    std::fs::File::open("/dev/tty")
+        .is_ok_and(|tty| tcgetpgrp(&tty).is_ok_and(|foreground| foreground == getpgrp()))
+}
+
 /// Sends a signal to the command (its whole group when it has one); it may be gone already.
+/// A group of its own is then continued: a process stopped (by SIGSTOP, or by reading the
+/// terminal from the background) acts on no signal but SIGKILL until it is continued, and
+/// would go on holding the lock.
 fn forward(target: Option<i32>, signal: Signal) {
     if let Some(pid) = target {
         if let Err(e) = kill(Pid::from_raw(pid), signal) {
             tracing::debug!("could not send {signal} to the command: {e}");
+        }
+        if pid < 0 && signal != Signal::SIGKILL {
+            if let Err(e) = kill(Pid::from_raw(pid), Signal::SIGCONT) {
+                tracing::debug!("could not continue the command: {e}");
+            }
         }
     }
 }
