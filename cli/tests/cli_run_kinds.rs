@@ -230,3 +230,60 @@ async fn several_locks_are_held_together() {
         assert!(!common::client(&nodes).inspect(name).await.unwrap().held);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_release_see_the_kind_a_run_holds() {
+    let nodes = common::nodes(3);
+    let urls = nodes.urls().join(",");
+    for kind in [&[][..], &["--read"], &["--write"], &["--permits", "2"]] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let name = format!("kinds{}", kind.join("").replace('-', "_"));
+        // Inside the run, with nothing but the environment the run gives its command: status,
+        // release with REDQUORUM_TOKEN, and status again.
+        let script = format!(
+            "{BIN} status --lock {name} > {d}/before; touch {d}/holding; i=0; \
+             while [ ! -e {d}/go ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
+             {BIN} release --lock {name}; echo $? > {d}/rc; {BIN} status --lock {name} > {d}/after"
+        );
+        let child = run(&nodes, &[&name], kind, &script);
+        assert!(
+            common::eventually(Duration::from_secs(10), || async {
+                dir.path().join("holding").exists()
+            })
+            .await,
+            "{kind:?}: the command did not start"
+        );
+        // Outside the run, with no kind given: held, whatever the kind.
+        let outside = Command::new(BIN)
+            .args(["status", "--nodes", &urls, "--lock", &name])
+            .env_remove("REDQUORUM_KIND")
+            .env_remove("REDQUORUM_NODES")
+            .env_remove("REDQUORUM_CONFIG")
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&outside.stdout);
+        assert!(outside.status.success(), "{kind:?}");
+        assert!(
+            text.starts_with(&format!("lock \"{name}\": held")),
+            "{kind:?}: {text}"
+        );
+        std::fs::write(dir.path().join("go"), "").unwrap();
+        let (status, stderr) = finish(child).await;
+        assert!(status.success(), "{kind:?}: {stderr}");
+        let file = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        assert!(
+            file("before").starts_with(&format!("lock \"{name}\": held")),
+            "{kind:?}: {}",
+            file("before")
+        );
+        assert_eq!(file("rc").trim(), "0", "{kind:?}: {stderr}");
+        // The release freed it: "released" while the lock stayed held was the defect.
+        assert!(
+            file("after").starts_with(&format!("lock \"{name}\": free")),
+            "{kind:?}: {}",
+            file("after")
+        );
+    }
+}

@@ -208,7 +208,9 @@ enum Command {
         #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
         wait: Duration,
     },
-    /// Release a lock with the token `acquire` printed.
+    /// Release a lock with the token `acquire` printed (a mutex), or a `run`'s lock from inside
+    /// its command (REDQUORUM_TOKEN, of the kind in REDQUORUM_KIND), or of the kind a flag
+    /// gives.
     Release {
         #[command(flatten)]
         nodes: NodeArgs,
@@ -218,6 +220,8 @@ enum Command {
         /// The holder's token.
         #[arg(long, env = "REDQUORUM_TOKEN")]
         token: String,
+        #[command(flatten)]
+        kind: tools::KindArgs,
     },
     /// Run a command while holding a lock, renewed in the background; release it when the
     /// command exits, and exit with the command's exit code.
@@ -259,12 +263,17 @@ enum Command {
         allow_non_durable: bool,
     },
     /// Show whether a lock is held and each node's remaining TTL (never the holder's token).
+    /// Without a kind flag (or REDQUORUM_KIND, which `run` sets for its command), the name is
+    /// looked up as a mutex or reentrant lock, a read-write lock and a semaphore, and shown as
+    /// each kind that holds it.
     Status {
         #[command(flatten)]
         nodes: NodeArgs,
         /// The lock's name.
         #[arg(long)]
         lock: String,
+        #[command(flatten)]
+        kind: tools::KindArgs,
     },
 }
 
@@ -329,8 +338,13 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             Ok(client) => tools::acquire(&client, &lock, ttl, wait).await,
             Err(code) => code,
         },
-        Command::Release { nodes, lock, token } => match nodes.client() {
-            Ok(client) => tools::release(&client, &lock, &token).await,
+        Command::Release {
+            nodes,
+            lock,
+            token,
+            kind,
+        } => match nodes.client() {
+            Ok(client) => tools::release(&client, &lock, &kind, &token).await,
             Err(code) => code,
         },
         Command::Doctor {
@@ -341,8 +355,8 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             Ok(client) => doctor::run(&client, json, allow_non_durable).await,
             Err(code) => code,
         },
-        Command::Status { nodes, lock } => match nodes.client() {
-            Ok(client) => tools::status(&client, &lock).await,
+        Command::Status { nodes, lock, kind } => match nodes.client() {
+            Ok(client) => tools::status(&client, &lock, &kind).await,
             Err(code) => code,
         },
         Command::Run {
@@ -415,7 +429,9 @@ byte order, so that runs over overlapping names cannot deadlock:
 The command sees REDQUORUM_LOCK (the name), REDQUORUM_TOKEN (the holder's token),
 REDQUORUM_FENCE (the fencing token, to send with every write to the protected resource) and
 REDQUORUM_OWNER (the owner id: commands under one run count as one holder of its reentrant
-locks; it is a capability, so keep it out of logs). With several --lock, REDQUORUM_LOCK,
+locks; it is a capability, so keep it out of logs) and REDQUORUM_KIND (reentrant, read, write
+or semaphore:P; `redquorum status` and `redquorum release` default to it, so that
+`redquorum release --lock NAME` inside the command releases the run's lock). With several --lock, REDQUORUM_LOCK,
 REDQUORUM_TOKEN and REDQUORUM_FENCE hold one line per lock, in the order they were taken.
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM sent to redquorum are passed
 on to the command (redquorum does not die of them); the lock is released after the command

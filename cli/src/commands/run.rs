@@ -14,6 +14,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::LogFormat;
+use super::tools::{KIND_ENV, kind_name};
 
 use super::{
     EXIT_CANNOT_EXECUTE, EXIT_LOCK_LOST, EXIT_NOT_FOUND, EXIT_SOFTWARE, EXIT_TEMPFAIL,
@@ -183,7 +184,9 @@ pub(super) async fn run(
         None => return EXIT_SOFTWARE,
     };
     let mut cmd = command_under_parent(program, args, log_format);
-    cmd.envs(guard.env()).env("REDQUORUM_OWNER", set.owner.id());
+    cmd.envs(guard.env())
+        .env("REDQUORUM_OWNER", set.owner.id())
+        .env(KIND_ENV, kind_name(&set.kind));
     // In the foreground of a terminal the command must stay in our process group, the
     // terminal's foreground group, to read and write the terminal; elsewhere (cron, CI, in
     // the background) it gets a group of its own, so that signals reach all of its processes.

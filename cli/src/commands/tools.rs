@@ -2,10 +2,97 @@
 
 use std::time::Duration;
 
-use redquorum::{Client, LockOptions};
+use redquorum::config::limits;
+use redquorum::{Client, LockInfo, LockKind, LockOptions, Owner};
 
 use super::out::say;
-use super::{EXIT_OK, EXIT_SOFTWARE, exit_code};
+use super::{EXIT_OK, EXIT_SOFTWARE, exit_code, usage};
+
+/// The environment variable in which `run` tells its command the kind of lock it holds, read
+/// by `status` and `release` when no kind flag is given.
+pub(super) const KIND_ENV: &str = "REDQUORUM_KIND";
+
+/// The kind of lock `status` and `release` look at: a mutex, as `acquire` takes, unless a flag
+/// says otherwise, or, with none, `REDQUORUM_KIND` (set by `run` for its command).
+#[derive(Debug, clap::Args)]
+pub(super) struct KindArgs {
+    /// A reader's share of a read-write lock (as `run --read` takes).
+    #[arg(long, conflicts_with_all = ["write", "permits", "owner"])]
+    read: bool,
+    /// The writer's share of a read-write lock (as `run --write` takes).
+    #[arg(long, conflicts_with_all = ["permits", "owner"])]
+    write: bool,
+    /// One of P permits of a semaphore (as `run --permits P` takes).
+    #[arg(long, value_name = "P", conflicts_with = "owner",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(limits::MAX_PERMITS)))]
+    permits: Option<u32>,
+    /// A reentrant lock held by this owner (as a plain `run` takes, owned by its
+    /// REDQUORUM_OWNER).
+    #[arg(long, value_name = "ID")]
+    owner: Option<String>,
+}
+
+impl KindArgs {
+    /// The kind the flags name, else `REDQUORUM_KIND`'s; `None` when neither says.
+    fn kind(&self) -> Result<Option<LockKind>, String> {
+        let owner = |id: &str| Owner::from_id(id).map_err(|e| format!("not a valid owner id: {e}"));
+        Ok(Some(if self.read {
+            LockKind::Read
+        } else if self.write {
+            LockKind::Write
+        } else if let Some(permits) = self.permits {
+            LockKind::semaphore(permits)
+        } else if let Some(id) = &self.owner {
+            LockKind::Reentrant(owner(id)?)
+        } else {
+            let Some(value) = std::env::var_os(KIND_ENV) else {
+                return Ok(None);
+            };
+            let value = value.to_string_lossy();
+            match parse_kind(&value) {
+                Some(KindName::Reentrant) => {
+                    let id = std::env::var("REDQUORUM_OWNER").map_err(|_| {
+                        format!("{KIND_ENV}=reentrant needs REDQUORUM_OWNER, the lock's owner")
+                    })?;
+                    LockKind::Reentrant(owner(&id)?)
+                }
+                Some(KindName::Other(kind)) => kind,
+                None => {
+                    return Err(format!(
+                        "{KIND_ENV}={value:?} is not a lock kind (mutex, reentrant, read, write, semaphore:P)"
+                    ));
+                }
+            }
+        }))
+    }
+}
+
+/// A kind as `REDQUORUM_KIND` names it: `reentrant` names no owner.
+enum KindName {
+    Reentrant,
+    Other(LockKind),
+}
+
+fn parse_kind(value: &str) -> Option<KindName> {
+    Some(KindName::Other(match value {
+        "mutex" => LockKind::Mutex,
+        "reentrant" => return Some(KindName::Reentrant),
+        "read" => LockKind::Read,
+        "write" => LockKind::Write,
+        other => {
+            let permits: u32 = other.strip_prefix("semaphore:")?.parse().ok()?;
+            LockKind::semaphore(permits)
+        }
+    }))
+}
+
+/// `kind` as `REDQUORUM_KIND` names it (a reentrant lock's owner is in REDQUORUM_OWNER).
+pub(super) fn kind_name(kind: &LockKind) -> String {
+    match kind {
+        LockKind::Semaphore { permits } => format!("semaphore:{permits}"),
+        other => other.as_str().to_owned(),
+    }
+}
 
 pub(super) async fn acquire(client: &Client, name: &str, ttl: Duration, wait: Duration) -> u8 {
     match client
@@ -40,10 +127,14 @@ pub(super) async fn acquire(client: &Client, name: &str, ttl: Duration, wait: Du
     }
 }
 
-pub(super) async fn release(client: &Client, name: &str, token: &str) -> u8 {
-    match client.release_token(name, token).await {
+pub(super) async fn release(client: &Client, name: &str, kind: &KindArgs, token: &str) -> u8 {
+    let kind = match kind.kind() {
+        Ok(kind) => kind.unwrap_or(LockKind::Mutex),
+        Err(message) => return usage(&message),
+    };
+    match client.release_token_as(name, &kind, token).await {
         Ok(()) => {
-            tracing::info!(lock = name, "released");
+            tracing::info!(lock = name, kind = kind.as_str(), "released");
             EXIT_OK
         }
         Err(e) => {
@@ -53,38 +144,94 @@ pub(super) async fn release(client: &Client, name: &str, token: &str) -> u8 {
     }
 }
 
-pub(super) async fn status(client: &Client, name: &str) -> u8 {
-    match client.inspect(name).await {
-        Ok(info) => {
-            let mut written = say!(
-                "lock {:?}: {}",
-                info.name,
-                if info.held { "held" } else { "free" }
+pub(super) async fn status(client: &Client, name: &str, kind: &KindArgs) -> u8 {
+    let kind = match kind.kind() {
+        Ok(kind) => kind,
+        Err(message) => return usage(&message),
+    };
+    let infos = match kind {
+        Some(kind) => client.inspect_as(name, &kind).await.map(|info| vec![info]),
+        // No kind given: a name may be held as a mutex (or reentrant lock, on the same key), a
+        // read-write lock or a semaphore, each apart from the others; "free" only if none is.
+        None => {
+            let semaphore = LockKind::semaphore(1);
+            let (mutex, rw, semaphore) = futures::join!(
+                client.inspect_as(name, &LockKind::Mutex),
+                client.inspect_as(name, &LockKind::Read),
+                client.inspect_as(name, &semaphore),
             );
-            for node in &info.nodes {
-                if written.is_err() {
-                    break;
-                }
-                let state = match &node.ttl {
-                    Ok(Some(ttl)) => {
-                        format!("held, expires in {}", humantime::format_duration(*ttl))
+            [mutex, rw, semaphore]
+                .into_iter()
+                .collect::<redquorum::Result<Vec<_>>>()
+                .map(|all| {
+                    let held: Vec<LockInfo> = all.iter().filter(|i| i.held).cloned().collect();
+                    if held.is_empty() {
+                        all.into_iter().take(1).collect()
+                    } else {
+                        held
                     }
-                    Ok(None) => "free".to_owned(),
-                    Err(e) => format!("unknown ({e})"),
-                };
-                written = say!("  {:<24} {state}", node.node);
-            }
-            match written {
-                Ok(()) => EXIT_OK,
-                Err(e) => {
-                    tracing::error!("{e}");
-                    EXIT_SOFTWARE
-                }
-            }
+                })
         }
+    };
+    let infos = match infos {
+        Ok(infos) => infos,
         Err(e) => {
             tracing::error!("{e}");
-            exit_code(&e)
+            return exit_code(&e);
+        }
+    };
+    match infos.iter().try_for_each(show) {
+        Ok(()) => EXIT_OK,
+        Err(e) => {
+            tracing::error!("{e}");
+            EXIT_SOFTWARE
         }
     }
+}
+
+/// One kind's view of the lock: held or free, then each node's.
+fn show(info: &LockInfo) -> std::io::Result<()> {
+    let family = match info.kind {
+        "read" | "write" => "read-write lock",
+        "semaphore" => "semaphore",
+        "reentrant" => "reentrant lock",
+        _ => "mutex or reentrant lock",
+    };
+    say!(
+        "lock {:?}: {} ({family})",
+        info.name,
+        if info.held { "held" } else { "free" }
+    )?;
+    for node in &info.nodes {
+        let holders = match info.kind {
+            "read" | "write" => format!(
+                ", {} reader(s), {} writer(s){}",
+                node.readers,
+                node.writers,
+                if node.writer_waiting {
+                    ", a writer waiting"
+                } else {
+                    ""
+                }
+            ),
+            "semaphore" => format!(
+                ", {} of {} permits taken",
+                node.holders,
+                node.permits
+                    .map_or_else(|| "?".to_owned(), |p| p.to_string())
+            ),
+            "reentrant" => format!(", {} hold(s)", node.holds),
+            _ => String::new(),
+        };
+        let state = match &node.ttl {
+            Ok(Some(ttl)) => format!(
+                "held, expires in {}{holders}",
+                humantime::format_duration(*ttl)
+            ),
+            Ok(None) => "free".to_owned(),
+            Err(e) => format!("unknown ({e})"),
+        };
+        say!("  {:<24} {state}", node.node)?;
+    }
+    Ok(())
 }
