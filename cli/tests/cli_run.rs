@@ -580,3 +580,56 @@ async fn a_stopped_command_still_ends_on_sigint_and_the_lock_is_released() {
             .held
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_durable_from_the_file_is_overridden_by_an_explicit_false() {
+    // The test masters keep nothing across a restart: none counts when durability is required.
+    let nodes = common::nodes(3);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("redquorum.toml");
+    let quoted: Vec<String> = nodes.urls().iter().map(|u| format!("{u:?}")).collect();
+    std::fs::write(
+        &config,
+        format!("nodes = [{}]\nrequire_durable = true\n", quoted.join(", ")),
+    )
+    .unwrap();
+    let cfg = config.display().to_string();
+    let code = |args: Vec<&str>, env: Option<&str>| {
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "run",
+            "--lock",
+            "durable",
+            "--wait",
+            "0s",
+            "--quarantine",
+            "0s",
+        ])
+        .args(["--config", &cfg])
+        .args(args)
+        .args(["--", "true"])
+        .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_REQUIRE_DURABLE")
+        .env_remove("REDQUORUM_OWNER")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+        if let Some(value) = env {
+            cmd.env("REDQUORUM_REQUIRE_DURABLE", value);
+        }
+        async move { cmd.status().await.unwrap().code() }
+    };
+    // The file's true: no master can vote (EX_UNAVAILABLE).
+    assert_eq!(code(vec![], None).await, Some(69));
+    // An explicit false from the environment or the flag beats the file...
+    assert_eq!(code(vec![], Some("false")).await, Some(0));
+    assert_eq!(code(vec!["--require-durable=false"], None).await, Some(0));
+    // ...and the flag beats the environment, either way.
+    assert_eq!(
+        code(vec!["--require-durable=false"], Some("true")).await,
+        Some(0)
+    );
+    assert_eq!(
+        code(vec!["--require-durable"], Some("false")).await,
+        Some(69)
+    );
+}

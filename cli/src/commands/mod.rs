@@ -97,9 +97,19 @@ struct NodeArgs {
     /// record). 0s turns quarantine off, which lets such a master vote for a second holder.
     #[arg(long, env = "REDQUORUM_QUARANTINE", value_parser = humantime::parse_duration)]
     quarantine: Option<Duration>,
-    /// Count only nodes that run AOF with appendfsync always.
-    #[arg(long, env = "REDQUORUM_REQUIRE_DURABLE")]
-    require_durable: bool,
+    /// Count only nodes that run AOF with appendfsync always (--require-durable=false, or
+    /// REDQUORUM_REQUIRE_DURABLE=false, turns off a config file's `require_durable = true`).
+    // An Option, so that an explicit false from the flag or the environment beats the file.
+    #[arg(
+        long,
+        env = "REDQUORUM_REQUIRE_DURABLE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    require_durable: Option<bool>,
     /// A PEM file of the certificate authorities that rediss:// nodes' certificates must chain
     /// to (a private CA), instead of the web's root authorities.
     #[arg(long, env = "REDQUORUM_TLS_CA")]
@@ -124,9 +134,11 @@ impl NodeArgs {
         } else {
             return Err("no nodes given: pass --nodes URL[,URL...], set REDQUORUM_NODES, or point --config / REDQUORUM_CONFIG at a TOML file with `nodes = [...]`".to_owned());
         };
-        let mut builder = redquorum::Client::builder()
-            .nodes(nodes)
-            .require_durable(self.require_durable || config.require_durable == Some(true));
+        let mut builder = redquorum::Client::builder().nodes(nodes).require_durable(
+            self.require_durable
+                .or(config.require_durable)
+                .unwrap_or(false),
+        );
         if let Some(max) = self.max_ttl.or(config.max_ttl) {
             builder = builder.max_ttl(max);
         }
