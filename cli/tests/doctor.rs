@@ -494,3 +494,44 @@ async fn the_http_route_serves_the_report_behind_the_token() {
     assert_eq!(body["problems"][0]["code"], "quorum");
     assert_eq!(body["nodes"][0]["reachable"], false);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_quarantine_off_masters_that_lost_their_data_still_vote() {
+    let mut nodes = LocalNodes::start(3).unwrap();
+    // An hour-long lock makes an hour the longest TTL; then two masters restart empty.
+    Client::new(nodes.urls())
+        .unwrap()
+        .try_acquire("long", &LockOptions::new(Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    nodes.restart(0).unwrap();
+    nodes.restart(1).unwrap();
+    // With the default quarantine, a client counts only the third master: unsafe.
+    let (code, json) = doctor_json(&nodes.urls(), &["--allow-non-durable"]);
+    assert_eq!(code, 78, "{json}");
+    assert_eq!(json["usable"], 1, "{json}");
+    // A client with quarantine off counts all three (`run --quarantine 0s` takes locks there),
+    // and doctor, asked with the options the clients use, says so; the masters that lost
+    // their data are still warned of.
+    let (code, json) = doctor_json(
+        &nodes.urls(),
+        &["--allow-non-durable", "--quarantine", "0s"],
+    );
+    assert_eq!(code, 0, "{json}");
+    assert_eq!(json["usable"], 3, "{json}");
+    for i in 0..2 {
+        let problems = json["nodes"][i]["problems"].as_array().unwrap();
+        let lost = problems
+            .iter()
+            .find(|p| p["code"] == "unmarked" || p["code"] == "quarantined")
+            .unwrap_or_else(|| panic!("{json}"));
+        assert_eq!(lost["severity"], "warning", "{json}");
+        assert!(
+            lost["message"].as_str().unwrap().contains("quarantine off"),
+            "{json}"
+        );
+    }
+}

@@ -226,5 +226,10 @@ pub(crate) async fn run(cluster: &Arc<Cluster>) -> DoctorReport {
         check.marked = health.marked;
         check.quarantined_for = health.quarantined_for;
     }
-    assess(nodes, cluster.quorum(), settings.require_durable)
+    assess(
+        nodes,
+        cluster.quorum(),
+        settings.require_durable,
+        settings.quarantine == Some(Duration::ZERO),
+    )
 }

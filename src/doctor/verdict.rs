@@ -6,11 +6,14 @@ use std::time::Duration;
 use super::{DoctorReport, NodeCheck, Problem, Severity};
 use crate::config::defaults;
 
-/// Turns the readings into problems, per master and for the deployment.
+/// Turns the readings into problems, per master and for the deployment, for a client with
+/// these settings: with `quarantine_off` (a quarantine of 0s) the client counts the votes of
+/// masters that lost their data, so doctor does too, and only warns of them.
 pub(super) fn assess(
     mut nodes: Vec<NodeCheck>,
     quorum: usize,
     require_durable: bool,
+    quarantine_off: bool,
 ) -> DoctorReport {
     // The first address of each server, by run id.
     let mut first: HashMap<String, String> = HashMap::new();
@@ -137,22 +140,29 @@ pub(super) fn assess(
                 ));
             }
         }
+        // With quarantine off the client counts such a master's vote: it may grant a lock it
+        // granted to another holder before it lost its data, which is what the warning says.
+        const COUNTED_ANYWAY: &str = "; with quarantine off (0s) this client counts its vote anyway, and it may grant a lock that another holder still holds";
         if let Some(left) = node.quarantined_for {
-            votes = false;
+            votes &= quarantine_off;
             problems.push(Problem::new(
                 Severity::Warning,
                 "quarantined",
                 format!(
-                    "it lost its data (a restart without persistence, or a flush) while the deployment was in use: it grants nothing for {} more, until every lock it may have granted has expired elsewhere",
-                    humantime::format_duration(Duration::from_secs(left.as_secs().max(1)))
+                    "it lost its data (a restart without persistence, or a flush) while the deployment was in use: it grants nothing for {} more, until every lock it may have granted has expired elsewhere{}",
+                    humantime::format_duration(Duration::from_secs(left.as_secs().max(1))),
+                    if quarantine_off { COUNTED_ANYWAY } else { "" }
                 ),
             ));
         } else if node.marked == Some(false) && lost_data {
-            votes = false;
+            votes &= quarantine_off;
             problems.push(Problem::new(
                 Severity::Warning,
                 "unmarked",
-                "it carries no deployment marker while other masters do: it lost its data, and the next acquire puts it in quarantine for the longest TTL in use".to_owned(),
+                format!(
+                    "it carries no deployment marker while other masters do: it lost its data, and the next acquire puts it in quarantine for the longest TTL in use{}",
+                    if quarantine_off { COUNTED_ANYWAY } else { "" }
+                ),
             ));
         }
         if votes {
@@ -216,7 +226,7 @@ mod tests {
             healthy("b:1", "y"),
             healthy("c:1", "z"),
         ];
-        let report = assess(nodes, 2, true);
+        let report = assess(nodes, 2, true, false);
         assert!(report.safe, "{report:?}");
         assert_eq!(report.usable, 3);
         assert!(codes(&report).is_empty());
@@ -235,7 +245,7 @@ mod tests {
         clock.clock_offset_micros = Some(-3_000_000);
         let down = NodeCheck::unchecked("g:1");
         let nodes = vec![healthy("a:1", "x"), replica, twice, lru, acl, clock, down];
-        let report = assess(nodes, 4, false);
+        let report = assess(nodes, 4, false, false);
         assert!(!report.safe);
         assert_eq!(
             codes(&report),
@@ -262,14 +272,14 @@ mod tests {
         let mut plain = healthy("a:1", "x");
         plain.aof_enabled = Some(false);
         plain.durable = false;
-        let report = assess(vec![plain.clone()], 1, false);
+        let report = assess(vec![plain.clone()], 1, false, false);
         assert!(!report.safe);
         assert_eq!(codes(&report), ["not_durable"]);
         let accepted = report.allowing_non_durable();
         assert!(accepted.safe);
         assert_eq!(accepted.nodes[0].problems[0].severity, Severity::Warning);
         // Required and missing: its vote is lost, and then the quorum too, accepted or not.
-        let report = assess(vec![plain], 1, true).allowing_non_durable();
+        let report = assess(vec![plain], 1, true, false).allowing_non_durable();
         assert!(!report.safe);
         assert_eq!(codes(&report), ["not_durable", "quorum"]);
     }
