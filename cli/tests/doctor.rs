@@ -535,3 +535,21 @@ async fn with_quarantine_off_masters_that_lost_their_data_still_vote() {
         );
     }
 }
+
+#[test]
+fn the_help_calls_missing_durability_an_error_unless_allowed() {
+    let out = Command::new(BIN)
+        .args(["doctor", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout).replace('\n', " ");
+    let (errors, warnings) = help.split_once("Warnings (safe):").unwrap();
+    // As no_persistence_is_an_error_unless_accepted finds it.
+    assert!(
+        errors.contains("without durable persistence")
+            && errors.contains("--allow-non-durable makes a warning"),
+        "{help}"
+    );
+    assert!(!warnings.contains("durable"), "{warnings}");
+}

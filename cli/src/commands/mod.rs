@@ -411,9 +411,11 @@ Example, with the options the clients will use:
 
 Errors (unsafe): a master unreachable, a replica, the same server listed twice, a
 maxmemory-policy other than noeviction, a command or key prefix the ACL denies, fewer masters
-able to vote than the quorum, and with --require-durable a master without appendonly yes and
-appendfsync always. Warnings (safe): no durable persistence, a clock more than 1s off, a
-master in quarantine after a restart.
+able to vote than the quorum, and a master without durable persistence (appendonly yes and
+appendfsync always), which --allow-non-durable makes a warning (with --require-durable such a
+master cannot vote either). Warnings (safe): a clock more than 1s off, a master that lost its
+data after a restart (in quarantine, or without the deployment marker; it cannot vote unless
+--quarantine 0s).
 
 Exit codes:
   0    safe for the options given (warnings may be printed)
