@@ -633,3 +633,22 @@ async fn require_durable_from_the_file_is_overridden_by_an_explicit_false() {
         Some(69)
     );
 }
+
+#[tokio::test]
+async fn help_inside_a_run_does_not_show_the_token_or_the_owner() {
+    // The environment a run gives its command.
+    let secret = "0123456789abcdef0123456789abcdef";
+    for subcommand in ["release", "run", "status"] {
+        let out = Command::new(BIN)
+            .args([subcommand, "--help"])
+            .env("REDQUORUM_TOKEN", secret)
+            .env("REDQUORUM_OWNER", format!("owner-{secret}"))
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success());
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.contains("REDQUORUM_"), "{help}");
+        assert!(!help.contains(secret), "{subcommand} --help: {help}");
+    }
+}

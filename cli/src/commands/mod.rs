@@ -230,7 +230,9 @@ enum Command {
         #[arg(long)]
         lock: String,
         /// The holder's token.
-        #[arg(long, env = "REDQUORUM_TOKEN")]
+        // Whoever has it can release the lock: never echo it in --help (inside a `run`, the
+        // environment holds the run's token).
+        #[arg(long, env = "REDQUORUM_TOKEN", hide_env_values = true)]
         token: String,
         #[command(flatten)]
         kind: tools::KindArgs,
