@@ -80,3 +80,25 @@ fn redquorum_demo_refuses_the_second_client_then_hands_it_a_larger_fence() {
     let bob = fence_after(&stdout, "bob acquired it with fencing token ");
     assert!(bob > alice, "bob's fence {bob} after alice's {alice}");
 }
+
+/// `redquorum demo` with arguments it cannot use: refused as bad arguments (64) before any
+/// master is started, not after starting them (`--masters 32`, exit 70) nor with a figure of
+/// nothing (`--pairs 0` printed "inf").
+#[test]
+fn redquorum_demo_refuses_bad_arguments_before_starting_masters() {
+    for (args, flag) in [
+        (["--masters", "32"], "--masters"),
+        (["--masters", "0"], "--masters"),
+        (["--pairs", "0"], "--pairs"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_redquorum"))
+            .arg("demo")
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: started something");
+    }
+}

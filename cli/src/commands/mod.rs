@@ -176,11 +176,15 @@ enum Command {
     /// Start local redis-server masters, show a lock's life on them, and measure it. SIGINT or
     /// SIGTERM stops the masters too (exit code 130 or 143).
     Demo {
-        /// How many masters to start.
-        #[arg(long, default_value_t = 5)]
+        /// How many masters to start (1 to 31, as many as a client supports).
+        // Checked here, before any master is started: a client refused 32 only after the
+        // demo had started them all.
+        #[arg(long, default_value_t = 5,
+              value_parser = clap::builder::RangedU64ValueParser::<usize>::new()
+                  .range(1..=redquorum::config::limits::MAX_NODES as u64))]
         masters: usize,
-        /// Uncontended acquire+release pairs to time.
-        #[arg(long, default_value_t = 5000)]
+        /// Uncontended acquire+release pairs to time (at least 1).
+        #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..))]
         pairs: u32,
     },
     /// Measure: round-trip floor, uncontended latency (N=3, N=5), 64-task throughput,
