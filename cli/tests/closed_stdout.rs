@@ -1,7 +1,8 @@
-//! A command whose stdout has no reader left (`| head` that has exited, a closed descriptor)
-//! says so and exits 70 instead of panicking, also when its stderr has no reader either, and
-//! `acquire` gives back a lock whose token nobody can read rather than leave it held until its
-//! TTL.
+//! A command whose stdout has no reader left (`| head` that has exited: a pipe whose read end
+//! is closed) says so and exits 70 instead of panicking, also when its stderr has no reader
+//! either, and `acquire` gives back a lock whose token nobody can read rather than leave it
+//! held until its TTL. A stdout closed before the process starts is reopened on /dev/null by
+//! the Rust runtime; `acquire` refuses /dev/null before it takes the lock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::{Command, Output, Stdio};
@@ -129,4 +130,36 @@ fn with_stderr_gone_too_the_command_still_exits_70_and_gives_the_lock_back() {
     );
     assert_eq!(out.status.code(), Some(70));
     assert_free(&nodes, "nobody-reads");
+}
+
+#[test]
+fn acquire_refuses_a_stdout_that_is_dev_null_or_closed_before_taking_the_lock() {
+    let nodes = LocalNodes::start(3).unwrap();
+    let out = redquorum(
+        &nodes,
+        "acquire",
+        &["--lock", "into-the-void", "--ttl", "60s"],
+        Stdio::null(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("/dev/null"), "{stderr}");
+    assert_free(&nodes, "into-the-void");
+
+    // `redquorum acquire ... >&-`: the descriptor closed by the shell before the binary starts.
+    let out = Command::new("sh")
+        .args([
+            "-c",
+            r#"exec "$0" acquire --nodes "$1" --quarantine 0s --lock closed-stdout --ttl 60s >&-"#,
+            env!("CARGO_BIN_EXE_redquorum"),
+            &nodes.urls().join(","),
+        ])
+        .env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CONFIG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert_free(&nodes, "closed-stdout");
 }

@@ -210,7 +210,9 @@ enum Command {
         #[arg(long, default_value = "target/bench/bench.jsonl")]
         json: std::path::PathBuf,
     },
-    /// Take a lock and print its token; it stays held until its TTL (or `release`).
+    /// Take a lock and print its token; it stays held until its TTL (or `release`). A stdout
+    /// that is /dev/null (or closed) is refused before the lock is taken: the token would be
+    /// lost.
     Acquire {
         #[command(flatten)]
         nodes: NodeArgs,

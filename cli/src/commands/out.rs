@@ -1,5 +1,7 @@
-//! A command's results on stdout, written so that a reader that has gone away (`| head`, a
-//! closed descriptor) ends the command with an error it reports, where `println!` would panic.
+//! A command's results on stdout, written so that a reader that has gone away (`| head` that
+//! has exited: a pipe with no reader) ends the command with an error it reports, where
+//! `println!` would panic. A stdout closed before the process started is not one of these: the
+//! Rust runtime reopens it on /dev/null, where every write succeeds (`acquire` checks for it).
 
 use std::fmt;
 use std::io::{self, Write};

@@ -95,6 +95,12 @@ pub(super) fn kind_name(kind: &LockKind) -> String {
 }
 
 pub(super) async fn acquire(client: &Client, name: &str, ttl: Duration, wait: Duration) -> u8 {
+    // Writes to /dev/null succeed, so the check below after the acquire would not catch it.
+    if stdout_is_dev_null() {
+        return usage(
+            "stdout is /dev/null (or was closed, which the process finds reopened on /dev/null): nobody would get the lock's token, so no lock was taken; redirect it to a file to keep the token",
+        );
+    }
     match client
         .acquire(name, &LockOptions::new(ttl).wait(wait))
         .await
@@ -124,6 +130,24 @@ pub(super) async fn acquire(client: &Client, name: &str, ttl: Duration, wait: Du
             tracing::error!("{e}");
             exit_code(&e)
         }
+    }
+}
+
+/// Whether stdout is /dev/null. A stdout closed before the process started is one too: the
+/// Rust runtime opens /dev/null on a closed descriptor 0, 1 or 2, so that no file the process
+/// opens takes its place.
+fn stdout_is_dev_null() -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(stdout) = std::io::stdout().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    match (
+        std::fs::File::from(stdout).metadata(),
+        std::fs::metadata("/dev/null"),
+    ) {
+        (Ok(out), Ok(null)) => out.file_type().is_char_device() && out.rdev() == null.rdev(),
+        _ => false,
     }
 }
 
