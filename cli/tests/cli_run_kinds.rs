@@ -244,7 +244,9 @@ async fn status_and_release_see_the_kind_a_run_holds() {
         let script = format!(
             "{BIN} status --lock {name} > {d}/before; touch {d}/holding; i=0; \
              while [ ! -e {d}/go ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; \
-             {BIN} release --lock {name}; echo $? > {d}/rc; {BIN} status --lock {name} > {d}/after"
+             {BIN} release --lock {name}; echo $? > {d}/rc; {BIN} status --lock {name} > {d}/after; \
+             t=$({BIN} acquire --lock {name}-other --ttl 60s) && {BIN} release --lock {name}-other --token $t; \
+             echo $? > {d}/rc-other"
         );
         let child = run(&nodes, &[&name], kind, &script);
         assert!(
@@ -279,6 +281,17 @@ async fn status_and_release_see_the_kind_a_run_holds() {
             file("before")
         );
         assert_eq!(file("rc").trim(), "0", "{kind:?}: {stderr}");
+        // A mutex taken by `acquire` inside the run is released as a mutex, not as the run's
+        // kind.
+        assert_eq!(file("rc-other").trim(), "0", "{kind:?}: {stderr}");
+        assert!(
+            !common::client(&nodes)
+                .inspect(&format!("{name}-other"))
+                .await
+                .unwrap()
+                .held,
+            "{kind:?}"
+        );
         // The release freed it: "released" while the lock stayed held was the defect.
         assert!(
             file("after").starts_with(&format!("lock \"{name}\": free")),

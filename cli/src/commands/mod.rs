@@ -452,8 +452,9 @@ The command sees REDQUORUM_LOCK (the name), REDQUORUM_TOKEN (the holder's token)
 REDQUORUM_FENCE (the fencing token, to send with every write to the protected resource) and
 REDQUORUM_OWNER (the owner id: commands under one run count as one holder of its reentrant
 locks; it is a capability, so keep it out of logs) and REDQUORUM_KIND (reentrant, read, write
-or semaphore:P; `redquorum status` and `redquorum release` default to it, so that
-`redquorum release --lock NAME` inside the command releases the run's lock). With several --lock, REDQUORUM_LOCK,
+or semaphore:P; `redquorum status` and `redquorum release` of a name in REDQUORUM_LOCK
+default to it, so that `redquorum release --lock NAME` inside the command releases the run's
+lock). With several --lock, REDQUORUM_LOCK,
 REDQUORUM_TOKEN and REDQUORUM_FENCE hold one line per lock, in the order they were taken.
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM sent to redquorum are passed
 on to the command (redquorum does not die of them); the lock is released after the command

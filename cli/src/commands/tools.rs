@@ -33,8 +33,10 @@ pub(super) struct KindArgs {
 }
 
 impl KindArgs {
-    /// The kind the flags name, else `REDQUORUM_KIND`'s; `None` when neither says.
-    fn kind(&self) -> Result<Option<LockKind>, String> {
+    /// The kind the flags name, else `REDQUORUM_KIND`'s when `name` is one of the run's locks
+    /// (a line of `REDQUORUM_LOCK`: another lock, taken by `acquire` inside the command, is a
+    /// mutex); `None` when neither says.
+    fn kind(&self, name: &str) -> Result<Option<LockKind>, String> {
         let owner = |id: &str| Owner::from_id(id).map_err(|e| format!("not a valid owner id: {e}"));
         Ok(Some(if self.read {
             LockKind::Read
@@ -45,7 +47,9 @@ impl KindArgs {
         } else if let Some(id) = &self.owner {
             LockKind::Reentrant(owner(id)?)
         } else {
-            let Some(value) = std::env::var_os(KIND_ENV) else {
+            let runs_name = std::env::var("REDQUORUM_LOCK")
+                .is_ok_and(|names| names.lines().any(|held| held == name));
+            let Some(value) = std::env::var_os(KIND_ENV).filter(|_| runs_name) else {
                 return Ok(None);
             };
             let value = value.to_string_lossy();
@@ -152,7 +156,7 @@ fn stdout_is_dev_null() -> bool {
 }
 
 pub(super) async fn release(client: &Client, name: &str, kind: &KindArgs, token: &str) -> u8 {
-    let kind = match kind.kind() {
+    let kind = match kind.kind(name) {
         Ok(kind) => kind.unwrap_or(LockKind::Mutex),
         Err(message) => return usage(&message),
     };
@@ -169,7 +173,7 @@ pub(super) async fn release(client: &Client, name: &str, kind: &KindArgs, token:
 }
 
 pub(super) async fn status(client: &Client, name: &str, kind: &KindArgs) -> u8 {
-    let kind = match kind.kind() {
+    let kind = match kind.kind(name) {
         Ok(kind) => kind,
         Err(message) => return usage(&message),
     };
