@@ -208,7 +208,13 @@ pub(super) async fn run(
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
-            tracing::error!("cannot run {program:?}: {e}");
+            // On Linux what failed to start may be the launcher (see `command_under_parent`).
+            let started = cmd.as_std().get_program().to_owned();
+            if started == program.as_str() {
+                tracing::error!("cannot run {program:?}: {e}");
+            } else {
+                tracing::error!("cannot run {program:?} through {started:?}: {e}");
+            }
             release(guard, name).await;
             return if e.kind() == std::io::ErrorKind::NotFound {
                 EXIT_NOT_FOUND
