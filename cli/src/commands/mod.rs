@@ -449,26 +449,28 @@ byte order, so that runs over overlapping names cannot deadlock:
   redquorum run --lock account:17 --lock account:4 -- ./transfer 17 4 100
 
 The command sees REDQUORUM_LOCK (the name), REDQUORUM_TOKEN (the holder's token),
-REDQUORUM_FENCE (the fencing token, to send with every write to the protected resource) and
+REDQUORUM_FENCE (the fencing token, to send with every write to the protected resource),
 REDQUORUM_OWNER (the owner id: commands under one run count as one holder of its reentrant
 locks; it is a capability, so keep it out of logs) and REDQUORUM_KIND (reentrant, read, write
-or semaphore:P; `redquorum status` and `redquorum release` of a name in REDQUORUM_LOCK
-default to it, so that `redquorum release --lock NAME` inside the command releases the run's
-lock). With several --lock, REDQUORUM_LOCK,
-REDQUORUM_TOKEN and REDQUORUM_FENCE hold one line per lock, in the order they were taken.
-SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM sent to redquorum are passed
-on to the command (redquorum does not die of them); the lock is released after the command
-exits, and redquorum exits with the command's code. At a terminal, where the command shares
-the terminal's foreground process group, Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) reach the
-command from the terminal itself and are not passed on again (nor is a SIGINT or SIGQUIT sent
-to redquorum alone then). If redquorum itself is killed (SIGKILL),
-the command's process is killed too (on Linux, by a parent-death signal; processes it started
-go only if it takes them with it), since nothing renews the lock any more. If the lock is lost while the command runs (a majority of nodes
-unreachable for longer than the lock's validity), the command gets SIGTERM, then SIGKILL
-after --kill-after. Unless redquorum runs in the foreground of a terminal (cron, CI, in the
-background, whatever stdin is), the command runs in its own process group, and these signals
-go to the whole group (a shell's children too), followed by SIGCONT, so that a stopped command
-acts on them.
+or semaphore:P; `redquorum status` and `redquorum release` of a name in REDQUORUM_LOCK default
+to it, so that `redquorum release --lock NAME` inside the command releases the run's lock).
+With several --lock, REDQUORUM_LOCK, REDQUORUM_TOKEN and REDQUORUM_FENCE hold one line per
+lock, in the order they were taken.
+
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM sent to redquorum are passed on
+to the command (redquorum does not die of them); the lock is released after the command exits,
+and redquorum exits with the command's code. At a terminal, where the command shares the
+terminal's foreground process group, Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) reach the command
+from the terminal itself and are not passed on again (nor is a SIGINT or SIGQUIT sent to
+redquorum alone then). If redquorum itself is killed (SIGKILL), the command's process is
+killed too (on Linux, by a parent-death signal; processes it started go only if it takes them
+with it), since nothing renews the lock any more.
+
+If the lock is lost while the command runs (a majority of nodes unreachable for longer than
+the lock's validity), the command gets SIGTERM, then SIGKILL after --kill-after. Unless
+redquorum runs in the foreground of a terminal (cron, CI, in the background, whatever stdin
+is), the command runs in its own process group, and these signals go to the whole group (a
+shell's children too), followed by SIGCONT, so that a stopped command acts on them.
 
 Nodes: --nodes, else REDQUORUM_NODES, else `nodes = [...]` in the TOML file named by
 --config or REDQUORUM_CONFIG.
