@@ -1,10 +1,9 @@
 //! `redquorum run`: hold a lock of any kind, renewed in the background, while a command runs.
 
-use std::process::ExitStatus;
-use std::time::Duration;
-
 use std::future::poll_fn;
+use std::process::ExitStatus;
 use std::task::Poll;
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp};
@@ -13,12 +12,10 @@ use redquorum::{Client, Error, LockGuard, LockKind, LockOptions, MultiGuard, Own
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::LogFormat;
 use super::tools::{KIND_ENV, kind_name};
-
 use super::{
     EXIT_CANNOT_EXECUTE, EXIT_LOCK_LOST, EXIT_NOT_FOUND, EXIT_SOFTWARE, EXIT_TEMPFAIL,
-    EXIT_UNAVAILABLE, exit_code,
+    EXIT_UNAVAILABLE, LogFormat, exit_code,
 };
 
 /// Which locks `run` holds, and of what kind.
