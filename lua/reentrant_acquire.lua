@@ -1,7 +1,9 @@
 -- Take a hold of a reentrant lock: the lock itself if it is free (as acquire.lua would, its
--- value the owner's id), or one more hold if the owner holds it already.
+-- value the owner's), or one more hold if the owner holds it already.
 -- KEYS[1] to KEYS[8] as in acquire.lua. KEYS[9]: the holds (a hash of hold ids, with the
--- lock's TTL). ARGV[1]: the owner's id. ARGV[2] to ARGV[7] as in acquire.lua (never fair).
+-- lock's TTL). ARGV[1]: the owner's value, 'owner:' and its id (Owner::lock_value): the ':'
+-- is a byte no token has, so that no mutex token can ever match it in extend.lua or
+-- release.lua. ARGV[2] to ARGV[7] as in acquire.lua (never fair).
 -- ARGV[8]: this hold's id (the attempt's token). ARGV[9]: '1' to raise the fencing counter
 -- of a lock the owner holds here to the proposal (ARGV[3]) if it is below, '0' to leave it.
 -- Returns what acquire.lua returns when it takes the lock, and {8, counter, others} when the

@@ -1,7 +1,7 @@
 -- Push back a reentrant lock's expiry while its owner holds it, never shortening it (other
 -- holds count on it), and its holds' with it.
--- KEYS[1] to KEYS[3] as in extend.lua. KEYS[4]: the holds. ARGV[1]: the owner's id. ARGV[2]:
--- new TTL in milliseconds.
+-- KEYS[1] to KEYS[3] as in extend.lua. KEYS[4]: the holds. ARGV[1]: the owner's value (see
+-- reentrant_acquire.lua). ARGV[2]: new TTL in milliseconds.
 -- Returns what extend.lua returns.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1

@@ -1,7 +1,7 @@
 -- Release one hold of a reentrant lock; the last hold releases the lock as release.lua does
 -- (handing it over to, or waking, the next waiter).
--- KEYS[1] to KEYS[7] as in release.lua. KEYS[8]: the holds. ARGV[1]: the owner's id. ARGV[2],
--- ARGV[3] as in release.lua. ARGV[4]: the hold's id.
+-- KEYS[1] to KEYS[7] as in release.lua. KEYS[8]: the holds. ARGV[1]: the owner's value (see
+-- reentrant_acquire.lua). ARGV[2], ARGV[3] as in release.lua. ARGV[4]: the hold's id.
 -- Returns what release.lua returns, and 2 when this hold is gone and others keep the lock.
 --
 -- mutex_release is release.lua, put in front of this script as a function.

@@ -72,8 +72,10 @@ async fn holds_of_one_owner_are_counted_and_the_lock_goes_with_the_last() {
     assert_eq!(second.fence(), first.fence());
     assert_eq!(third.fence(), first.fence());
     assert_ne!(first.token(), second.token());
-    // The lock's value is the owner; the holds are counted on every master.
-    assert!(common::token_everywhere(&nodes, "nested", owner.id()).await);
+    // The lock's value is the owner's (its id after a prefix no token has); the holds are
+    // counted on every master.
+    let value = format!("owner:{}", owner.id());
+    assert!(common::token_everywhere(&nodes, "nested", &value).await);
     assert!(
         common::eventually(Duration::from_secs(2), || async {
             for i in 0..3 {
@@ -337,4 +339,38 @@ async fn quarantine_keeps_another_owner_out_for_a_reentered_ttl() {
     let health = rival.node_health().await;
     assert!(health[1].quarantined_for.is_some(), "{health:?}");
     assert!(long.is_valid());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_id_is_no_mutex_token() {
+    let nodes = common::nodes(3);
+    let client = common::client(&nodes);
+    // A random owner id has a token's very shape, so it passes every client-side check.
+    let owner = Owner::random().unwrap();
+    let opts = kind_opts(reentrant(&owner), 10_000);
+    let outer = client.try_acquire("owner-id", &opts).await.unwrap();
+    let inner = client.try_acquire("owner-id", &opts).await.unwrap();
+    // As a mutex's token, the id holds nothing: no extend (which would shorten the lock under
+    // its holds), no release (which would delete it with both holds in it).
+    assert!(matches!(
+        client
+            .extend_token("owner-id", owner.id(), Duration::from_millis(20))
+            .await,
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(matches!(
+        client.release_token("owner-id", owner.id()).await,
+        Err(Error::NotHeld { .. })
+    ));
+    for i in 0..3 {
+        assert!(
+            common::pttl(&nodes, i, "owner-id").await > 5_000,
+            "master {i}: the lock was cut short"
+        );
+        assert_eq!(holds(&nodes, i, "owner-id").await, 2, "master {i}");
+    }
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(outer.is_valid() && refused_to_others(&client, "owner-id").await);
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
 }

@@ -27,7 +27,7 @@ async fn on_masters(nodes: &LocalNodes, kind: &str, name: &str, inner: &str, wan
         let has = match kind {
             "mutex" => common::stored_token(nodes, node, name).await.as_deref() == Some(inner),
             "reentrant" => {
-                common::stored_token(nodes, node, name).await.as_deref() == Some("job-1")
+                common::stored_token(nodes, node, name).await.as_deref() == Some("owner:job-1")
             }
             "read" | "write" => members(nodes, node, &format!("redquorum:rw:lock:{name}"))
                 .await

@@ -50,7 +50,17 @@ pub(crate) fn is_issued_token(token: &str) -> bool {
 /// The id is a capability: whoever has it can re-enter the lock (and keep it held), so a
 /// generated one ([`Owner::random`]) is 128 random bits, and `Debug` does not print it.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Owner(Arc<str>);
+pub struct Owner(
+    /// [`OWNER_VALUE_PREFIX`] and the id: the value of the lock key while the owner holds it,
+    /// made once so that no call allocates it again.
+    Arc<str>,
+);
+
+/// What goes before an owner's id in a reentrant lock's value on the masters. A mutex's
+/// token check compares a token with that value, and owner ids may have any shape, a
+/// token's included: the `:` is a byte no token has ([`is_issued_token`]), so no token can
+/// ever extend or release a reentrant lock as a mutex.
+const OWNER_VALUE_PREFIX: &str = "owner:";
 
 impl Owner {
     /// A new owner with a random id (128 bits from the operating system).
@@ -59,7 +69,14 @@ impl Owner {
     ///
     /// [`Error::Entropy`] when the operating system gives no randomness.
     pub fn random() -> Result<Owner> {
-        Ok(Owner(random_token()?.into()))
+        Ok(Owner::with_id(&random_token()?))
+    }
+
+    fn with_id(id: &str) -> Owner {
+        let mut value = String::with_capacity(OWNER_VALUE_PREFIX.len() + id.len());
+        value.push_str(OWNER_VALUE_PREFIX);
+        value.push_str(id);
+        Owner(value.into())
     }
 
     /// The owner with this id, as handed down to another process (as `redquorum run` does with
@@ -90,11 +107,17 @@ impl Owner {
                 "may hold only ASCII letters, digits, '-', '_', '.' and ':'",
             ));
         }
-        Ok(Owner(id.into()))
+        Ok(Owner::with_id(id))
     }
 
     /// The owner's id.
     pub fn id(&self) -> &str {
+        self.0.get(OWNER_VALUE_PREFIX.len()..).unwrap_or_default()
+    }
+
+    /// The value of a reentrant lock's key on a master while this owner holds it: the id
+    /// after a prefix that no token has (see [`OWNER_VALUE_PREFIX`]).
+    pub(crate) fn lock_value(&self) -> &str {
         &self.0
     }
 }
@@ -270,6 +293,10 @@ mod tests {
         assert!(Owner::from_id(&"x".repeat(limits::MAX_TOKEN_BYTES + 1)).is_err());
         let a = Owner::random().unwrap();
         assert_eq!(a.id().len(), 32);
+        // The lock's value is no token, whatever the id looks like.
+        assert_eq!(a.lock_value(), format!("owner:{}", a.id()));
+        assert!(is_issued_token(a.id()) && !is_issued_token(a.lock_value()));
+        assert_eq!(Owner::from_id("x:y").unwrap().id(), "x:y");
         assert_ne!(a, Owner::random().unwrap());
         assert_eq!(format!("{a:?}"), "Owner(..)");
     }

@@ -50,7 +50,8 @@ impl Node {
     /// mark ([`Keys::for_acquire`]).
     ///
     /// The kind of lock `keys` are for picks the script: a reentrant lock's holder is its
-    /// owner, and `token` names the hold.
+    /// owner (the lock's value is `Owner::lock_value`, which no token can match), and `token`
+    /// names the hold.
     pub(crate) async fn acquire(
         &self,
         keys: &Keys,
@@ -63,7 +64,7 @@ impl Node {
         let Proposal { fence, refence } = proposal;
         let (script, holder) = match &keys.kind {
             LockKind::Mutex => (&SCRIPTS.acquire, token),
-            LockKind::Reentrant(owner) => (&SCRIPTS.reentrant_acquire, owner.id()),
+            LockKind::Reentrant(owner) => (&SCRIPTS.reentrant_acquire, owner.lock_value()),
             LockKind::Read | LockKind::Write => (&SCRIPTS.rw_acquire, token),
             LockKind::Semaphore { .. } => (&SCRIPTS.semaphore_acquire, token),
         };
@@ -146,7 +147,7 @@ impl Node {
     ) -> std::result::Result<Option<u64>, NodeFailureKind> {
         let (script, holder, member_prefix) = match &keys.kind {
             LockKind::Mutex => (&SCRIPTS.extend, token, None),
-            LockKind::Reentrant(owner) => (&SCRIPTS.reentrant_extend, owner.id(), None),
+            LockKind::Reentrant(owner) => (&SCRIPTS.reentrant_extend, owner.lock_value(), None),
             LockKind::Read => (&SCRIPTS.holders_extend, token, Some("r:")),
             LockKind::Write => (&SCRIPTS.holders_extend, token, Some("w:")),
             LockKind::Semaphore { .. } => (&SCRIPTS.holders_extend, token, Some("")),
@@ -202,7 +203,7 @@ impl Node {
                         &SCRIPTS.reentrant_release,
                         &keys.for_release(),
                         |c| {
-                            c.arg(owner.id()).arg(channel).arg(fence).arg(token);
+                            c.arg(owner.lock_value()).arg(channel).arg(fence).arg(token);
                         },
                     )
                     .await?;
