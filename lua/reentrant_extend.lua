@@ -1,9 +1,11 @@
--- Push back a reentrant lock's expiry while its owner holds it, never shortening it (other
--- holds count on it), and its holds' with it.
+-- Push back a reentrant lock's expiry while its owner holds it with this hold, never
+-- shortening it (other holds count on it), and its holds' with it.
 -- KEYS[1] to KEYS[3] as in extend.lua. KEYS[4]: the holds. ARGV[1]: the owner's value (see
--- reentrant_acquire.lua). ARGV[2]: new TTL in milliseconds.
--- Returns what extend.lua returns.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+-- reentrant_acquire.lua). ARGV[2]: new TTL in milliseconds. ARGV[3]: the hold's id.
+-- Returns what extend.lua returns: -1 also when the owner holds the lock here but not with
+-- this hold (a token that holds nothing, a hold released already or never granted here), so
+-- that only a hold's own masters vote for it.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('HEXISTS', KEYS[4], ARGV[3]) == 0 then
   return -1
 end
 local ttl = tonumber(ARGV[2])

@@ -3,10 +3,15 @@
 -- KEYS[1] to KEYS[7] as in release.lua. KEYS[8]: the holds. ARGV[1]: the owner's value (see
 -- reentrant_acquire.lua). ARGV[2], ARGV[3] as in release.lua. ARGV[4]: the hold's id.
 -- Returns what release.lua returns, and 2 when this hold is gone and others keep the lock.
+-- A hold this node does not record (a token that holds nothing, a hold released already, or
+-- one this node never granted) changes nothing and answers -1, as a lock that another token
+-- holds: the owner's lock is not this token's to release.
 --
 -- mutex_release is release.lua, put in front of this script as a function.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('HDEL', KEYS[8], ARGV[4])
+  if redis.call('HDEL', KEYS[8], ARGV[4]) == 0 then
+    return -1
+  end
   if redis.call('HLEN', KEYS[8]) > 0 then
     return 2
   end

@@ -374,3 +374,67 @@ async fn an_owner_id_is_no_mutex_token() {
     inner.release().await.unwrap();
     outer.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_holds_nothing_neither_releases_nor_extends() {
+    let nodes = common::nodes(3);
+    let client = common::client(&nodes);
+    let owner = Owner::random().unwrap();
+    let kind = reentrant(&owner);
+    let opts = kind_opts(kind.clone(), 5_000);
+    let outer = client.try_acquire("no-hold", &opts).await.unwrap();
+    let inner = client.try_acquire("no-hold", &opts).await.unwrap();
+    let released = inner.token().to_owned();
+    inner.release().await.unwrap();
+    // Of the issued shape, never a hold of this lock.
+    let bogus = "0123456789abcdef0123456789abcdef";
+    for token in [bogus, &released] {
+        assert!(
+            matches!(
+                client.release_token_as("no-hold", &kind, token).await,
+                Err(Error::NotHeld { .. })
+            ),
+            "a release by {token}"
+        );
+        assert!(
+            matches!(
+                client
+                    .extend_token_as("no-hold", &kind, token, Duration::from_secs(30))
+                    .await,
+                Err(Error::NotHeld { .. })
+            ),
+            "an extend by {token}"
+        );
+    }
+    // Nothing changed: the outer hold is there, the lock's TTL not pushed back.
+    for i in 0..3 {
+        assert_eq!(holds(&nodes, i, "no-hold").await, 1, "master {i}");
+        assert!(
+            common::pttl(&nodes, i, "no-hold").await <= 5_000,
+            "master {i}"
+        );
+    }
+    assert!(refused_to_others(&client, "no-hold").await);
+    // The outer hold still extends and releases, freeing the lock.
+    let extended = client
+        .extend_token_as("no-hold", &kind, outer.token(), Duration::from_secs(6))
+        .await
+        .unwrap();
+    assert_eq!(extended.fence(), outer.fence());
+    drop(extended);
+    client
+        .release_token_as("no-hold", &kind, outer.token())
+        .await
+        .unwrap();
+    drop(outer);
+    client
+        .try_acquire(
+            "no-hold",
+            &kind_opts(reentrant(&Owner::random().unwrap()), 2_000),
+        )
+        .await
+        .expect("free once the last hold is released")
+        .release()
+        .await
+        .unwrap();
+}

@@ -138,16 +138,21 @@ impl Node {
     }
 
     /// Asks the node to push back the lock's expiry if `token` holds it; the holder's fencing
-    /// token when it did, `None` when the lock is gone or held by another token.
+    /// token when it did, `None` when the lock is gone or held by another token. For a
+    /// reentrant lock, `token` is the hold, which the node must record.
     pub(crate) async fn extend(
         &self,
         keys: &Keys,
         token: &str,
         ttl: Duration,
     ) -> std::result::Result<Option<u64>, NodeFailureKind> {
-        let (script, holder, member_prefix) = match &keys.kind {
+        // The third argument: a reentrant lock's hold, or what goes before a holder's token in
+        // a read-write lock's or a semaphore's holders.
+        let (script, holder, third) = match &keys.kind {
             LockKind::Mutex => (&SCRIPTS.extend, token, None),
-            LockKind::Reentrant(owner) => (&SCRIPTS.reentrant_extend, owner.lock_value(), None),
+            LockKind::Reentrant(owner) => {
+                (&SCRIPTS.reentrant_extend, owner.lock_value(), Some(token))
+            }
             LockKind::Read => (&SCRIPTS.holders_extend, token, Some("r:")),
             LockKind::Write => (&SCRIPTS.holders_extend, token, Some("w:")),
             LockKind::Semaphore { .. } => (&SCRIPTS.holders_extend, token, Some("")),
@@ -155,8 +160,8 @@ impl Node {
         let (value, link) = self
             .eval(Operation::Extend, script, &keys.for_extend(), |c| {
                 c.arg(holder).arg(millis(ttl));
-                if let Some(prefix) = member_prefix {
-                    c.arg(prefix);
+                if let Some(third) = third {
+                    c.arg(third);
                 }
             })
             .await?;
@@ -180,7 +185,8 @@ impl Node {
     /// removes, or hands over what the first waiter could take itself.
     ///
     /// For a reentrant lock, `token` is the hold released, and the lock goes only with its
-    /// last hold; a read-write lock or a semaphore wakes the first few waiters.
+    /// last hold (a hold the node does not record answers as another token's lock); a
+    /// read-write lock or a semaphore wakes the first few waiters.
     ///
     /// `keep`, for a mutex: a place in line for the releaser's next attempt, queued with its
     /// terms where the release hands the lock over, and where it finds the lock gone or
