@@ -1,16 +1,43 @@
 -- Shared by the scripts of the read-write lock and the semaphore, put after queue.lua. Their
 -- holders live in one sorted set per name: member the holder, score when its hold expires in
 -- this node's milliseconds. Members starting with '#' are records, not holders: a
--- semaphore's '#permits' (score minus the number of permits, so that no expiry drops it) and
--- a read-write lock's '#writer-waiting' (score when that wait lapses). The set's own TTL is
--- its longest-lived member's, so it is gone with them.
+-- semaphore's '#permits' (score minus the number of permits, so that no expiry drops it), a
+-- read-write lock's '#writer-waiting' (score when that wait lapses), and each holder's
+-- fencing token, '#f:' and the holder's member, scored minus one more than the token (below
+-- zero too; it goes with its holder). The holder's own token is kept because the counter
+-- moves on under it: every permit of a semaphore raises it, and so may a reader's refence.
+-- The set's own TTL is its longest-lived member's, so it is gone with them.
 
 -- Every acquire and release of these locks looks at the queue.
 local helpers = queue_helpers()
 
--- Drops the holds and records that have lapsed; returns this node's time.
+-- The record of a holder's fencing token.
+local function fence_record(member)
+  return '#f:' .. member
+end
+
+-- Records `fence` as the fencing token of holder `member` (a string: a Lua number would be
+-- cut to 14 digits).
+local function record_fence(holders, member, fence)
+  redis.call('ZADD', holders, string.format('%d', -(fence + 1)), fence_record(member))
+end
+
+-- The fencing token recorded for holder `member`, or nil (a hold granted before tokens were
+-- recorded).
+local function recorded_fence(holders, member)
+  local score = redis.call('ZSCORE', holders, fence_record(member))
+  return score and -tonumber(score) - 1
+end
+
+-- Drops the holds and records that have lapsed, with the lapsed holders' fencing tokens;
+-- returns this node's time.
 local function trim(holders)
   local now = helpers.now_ms()
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', holders, 0, now)) do
+    if string.sub(member, 1, 1) ~= '#' then
+      redis.call('ZREM', holders, fence_record(member))
+    end
+  end
   redis.call('ZREMRANGEBYSCORE', holders, 0, now)
   return now
 end

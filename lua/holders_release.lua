@@ -6,7 +6,11 @@
 -- Returns 1 when the hold was removed, 0 when it was already gone.
 local holders = KEYS[1]
 local now = trim(holders)
-local removed = redis.call('ZREM', holders, ARGV[3] .. ARGV[1])
+local me = ARGV[3] .. ARGV[1]
+local removed = redis.call('ZREM', holders, me)
+if removed == 1 then
+  redis.call('ZREM', holders, fence_record(me))
+end
 keep_alive(holders, now)
 if removed == 1 then
   -- Several waiters may fit now (readers after a writer, a permit for whoever is quickest);

@@ -32,6 +32,8 @@ for i = 1, #all, 2 do
     if at > now then
       waiting = 1
     end
+  elseif string.sub(member, 1, 1) == '#' then
+    -- Another record (a holder's fencing token): no holder.
   elseif at > now then
     holders = holders + 1
     local kind = string.sub(member, 1, 2)

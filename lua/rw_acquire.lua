@@ -72,6 +72,7 @@ if not reader then
   fence = proposed
 end
 redis.call('ZADD', holders, now + tonumber(ARGV[2]), me)
+record_fence(holders, me, fence)
 keep_alive(holders, now)
 dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])
 if reader then

@@ -33,6 +33,7 @@ if counter > proposed or (counter == proposed and not mine) then
 end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('ZADD', holders, now + tonumber(ARGV[2]), token)
+record_fence(holders, token, proposed)
 redis.call('ZADD', holders, -permits, '#permits')
 keep_alive(holders, now)
 dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])

@@ -210,30 +210,6 @@ impl Sent {
     }
 }
 
-/// A [`fan_out`] that counts votes: an answer `Ok(v)` is a yes when `grants(&v)`, a no
-/// otherwise, and an `Err` is a failure. Stops as soon as `needed` said yes or can no longer
-/// say so; each node's answer is logged at debug level.
-pub(crate) async fn vote<T, F, Fut>(
-    nodes: &[Node],
-    needed: usize,
-    op: Operation,
-    deadline: Instant,
-    call: F,
-    grants: impl Fn(&T) -> bool,
-) -> (Tally, Vec<Option<Answer<T>>>)
-where
-    F: Fn(usize) -> Fut,
-    Fut: Future<Output = Answer<T>> + Send + 'static,
-    T: Send + std::fmt::Debug + 'static,
-{
-    let hearing = Hearing {
-        settled: |_: &T| true,
-        refusals_out: false,
-        every_answer: false,
-    };
-    vote_settled(nodes, needed, op, deadline, call, grants, hearing).await
-}
-
 /// How long a [`vote_settled`] listens beyond its decision.
 pub(crate) struct Hearing<S> {
     /// Whether the yes votes so far settle the outcome (see [`vote_settled`]).
@@ -245,9 +221,13 @@ pub(crate) struct Hearing<S> {
     pub(crate) every_answer: bool,
 }
 
-/// A [`vote`] that, once `needed` said yes, goes on collecting answers while `settled` says the
-/// yes votes so far leave the outcome open (grants that disagree on a lock's kept fencing
-/// token, which later answers may settle), until every node has answered or the deadline.
+/// A [`fan_out`] that counts votes: an answer `Ok(v)` is a yes when `grants(&v)`, a no
+/// otherwise, and an `Err` is a failure. Stops as soon as `needed` said yes or can no longer
+/// say so; each node's answer is logged at debug level. Once `needed` said yes, it goes on
+/// collecting answers while `settled` says the yes votes so far leave the outcome open
+/// (grants that disagree on a lock's kept fencing token, a reader's masters that disagree on
+/// its recorded one, which later answers may settle), until every node has answered or the
+/// deadline.
 /// `hearing.settled` is fed every yes vote in arrival order and says whether the outcome is
 /// settled with it. With `hearing.refusals_out`, a vote that can no longer pass also waits for
 /// the other answers (until the deadline), so that the caller knows which nodes refused.

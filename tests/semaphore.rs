@@ -269,3 +269,30 @@ async fn two_permits_of_five_masters_survive_one_lost_master_not_two() {
         other => panic!("expected QuorumUnavailable, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_by_token_gives_the_permits_own_fence() {
+    let nodes = common::nodes(3);
+    let client = common::client(&nodes);
+    let kind = LockKind::semaphore(2);
+    let a = client.try_acquire("own", &permit(2, 5_000)).await.unwrap();
+    let b = client.try_acquire("own", &permit(2, 5_000)).await.unwrap();
+    assert!(b.fence() > a.fence());
+    // B's grant raised every master's counter above A's token: A's extend still says A's.
+    for held in [&a, &b] {
+        let extended = client
+            .extend_token_as("own", &kind, held.token(), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(extended.fence(), held.fence());
+    }
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    // Released holders take their records with them: nothing is left on the masters.
+    for i in 0..3 {
+        assert!(
+            holders(&nodes, i, "sem", "own").await.is_empty(),
+            "node {i}"
+        );
+    }
+}

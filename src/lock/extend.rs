@@ -10,7 +10,7 @@ use super::Lock;
 use crate::cluster::Cluster;
 use crate::config::{LockKind, validate_token};
 use crate::error::{Error, Operation, Result};
-use crate::fanout::{failures, vote};
+use crate::fanout::{Hearing, failures, vote_settled};
 use crate::node::Keys;
 use crate::quorum::Decision;
 
@@ -69,7 +69,12 @@ pub(crate) async fn extend_key(
     // Answers after that are of no use: the lock may be gone by then.
     let deadline = certain_until.min(start + settings.node_timeout);
     let quorum = keys.quorum(nodes.len());
-    let (tally, answers) = vote(
+    // A reader's masters may record different fencing tokens for it (see `reader_fence`); a
+    // caller that does not know the reader's token (a stateless one) hears them until a
+    // quorum agrees. The others have theirs at the first quorum.
+    let reader_fence_wanted = held_until.is_none() && matches!(keys.kind, LockKind::Read);
+    let mut heard: Vec<u64> = Vec::new();
+    let (tally, answers) = vote_settled(
         nodes,
         quorum,
         Operation::Extend,
@@ -79,20 +84,27 @@ pub(crate) async fn extend_key(
             async move { cluster.nodes[i].extend(&keys, &token, ttl).await }
         },
         Option::is_some,
+        Hearing {
+            settled: |fence: &Option<u64>| {
+                heard.extend(*fence);
+                !reader_fence_wanted || agreed_fence(&heard, quorum).is_some()
+            },
+            refusals_out: false,
+            every_answer: false,
+        },
     )
     .instrument(debug_span!("extend", lock = ?name))
     .await;
     let in_time = Instant::now() < certain_until;
     if tally.decision() == Decision::Reached && in_time {
         crate::metrics::extension(&keys.kind, "extended");
-        // Every node that has the lock has the holder's token as its counter.
-        let fence = answers
+        let fences: Vec<u64> = answers
             .iter()
             .filter_map(|a| a.as_ref()?.as_ref().ok().copied().flatten())
-            .max();
+            .collect();
         return Extended {
             valid_until: new_ttl_ends,
-            outcome: Ok(fence.unwrap_or(0)),
+            outcome: Ok(holder_fence(&keys.kind, &fences, quorum)),
         };
     }
     // Refusals alone rule a quorum out: the lock is gone, whatever the failed nodes say.
@@ -125,4 +137,56 @@ pub(crate) struct Extended {
     pub(crate) valid_until: Instant,
     /// The holder's fencing token, or why the extend failed.
     pub(crate) outcome: Result<u64>,
+}
+
+/// The holder's own fencing token, from the tokens that the masters which extended the lock
+/// say it holds with.
+///
+/// A mutex's or a reentrant lock's masters answer with their counter, which nobody can raise
+/// while the lock is held there: the holder's token, on every one of them. A writer's or a
+/// permit's masters answer with the token they recorded for that holder (its grant's), and
+/// the holder's token is the highest of them: a master that granted only an earlier, lower
+/// proposal of the same attempt keeps that one, and the masters that extended include one of
+/// the quorum that granted the last (any two quorums share a master). For a reader, see
+/// [`reader_fence`].
+fn holder_fence(kind: &LockKind, fences: &[u64], quorum: usize) -> u64 {
+    if matches!(kind, LockKind::Read) {
+        return reader_fence(fences, quorum);
+    }
+    fences.iter().copied().max().unwrap_or(0)
+}
+
+/// A reader's fencing token: the one a quorum of its masters recorded, which is the one its
+/// acquire took (see `lock::fence`); the masters outside that quorum may have recorded
+/// another, higher or lower. When the answers show no quorum agreeing (masters that did
+/// not answer), the highest, as the counters would say.
+fn reader_fence(fences: &[u64], quorum: usize) -> u64 {
+    agreed_fence(fences, quorum).unwrap_or_else(|| fences.iter().copied().max().unwrap_or(0))
+}
+
+/// The fencing token that at least `quorum` of `fences` are (no two can be: two quorums of
+/// answers would need more answers than masters).
+fn agreed_fence(fences: &[u64], quorum: usize) -> Option<u64> {
+    fences
+        .iter()
+        .copied()
+        .find(|f| fences.iter().filter(|g| *g == f).count() >= quorum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_gets_its_own_fence_back() {
+        // A mutex: every master's counter is the holder's.
+        assert_eq!(holder_fence(&LockKind::Mutex, &[7, 7], 2), 7);
+        // A permit: a master that granted only an earlier proposal has a lower one.
+        assert_eq!(holder_fence(&LockKind::semaphore(2), &[5, 9, 9], 2), 9);
+        // A reader: the token of a quorum, whatever the others recorded.
+        assert_eq!(holder_fence(&LockKind::Read, &[8, 4, 4], 2), 4);
+        assert_eq!(holder_fence(&LockKind::Read, &[4, 2, 8, 4, 4], 3), 4);
+        assert_eq!(holder_fence(&LockKind::Read, &[4, 8], 2), 8);
+        assert_eq!(agreed_fence(&[], 1), None);
+    }
 }
