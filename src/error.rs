@@ -129,7 +129,9 @@ impl fmt::Display for NodeFailure {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// An argument was rejected before any node was contacted.
+    /// An argument was rejected before any node was contacted; or, with `field` `permits`,
+    /// the masters refused a semaphore asked (to acquire or extend) with another number of
+    /// permits than it is held with, and nothing changed.
     #[error("invalid {field}: {reason}")]
     #[non_exhaustive]
     InvalidArgument {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::kinds::{Overlap, holders, kind_opts, permits_held, race};
-use redquorum::{Error, LockKind, LockState, NodeFailureKind, RenewOptions};
+use redquorum::{Error, LockKind, LockState, RenewOptions};
 
 fn permit(permits: u32, ttl_ms: u64) -> redquorum::LockOptions {
     kind_opts(LockKind::semaphore(permits), ttl_ms)
@@ -103,19 +103,27 @@ async fn another_number_of_permits_is_refused_and_changes_nothing() {
         before.push(holders(&nodes, i, "sem", "sized").await);
     }
     for wait in [Duration::ZERO, Duration::from_millis(300)] {
+        // The caller's argument is at fault, not the masters: said so, at once.
         let err = client
             .acquire("sized", &permit(3, 2_000).wait(wait))
             .await
             .expect_err("three permits asked of a two-permit semaphore");
-        let failures = common::refusal_failures(&err);
-        assert!(
-            failures.iter().any(|f| matches!(
-                &f.kind,
-                NodeFailureKind::Server(m) if m.contains("PERMITS") && m.contains('2')
-            )),
-            "{err}"
-        );
+        common::expect_invalid(Err::<(), _>(err), "permits");
     }
+    // Nor does the permit extend with another number (with one permit, it would count two
+    // masters of three, not all three).
+    let err = client
+        .extend_token_as(
+            "sized",
+            &LockKind::semaphore(1),
+            held.token(),
+            Duration::from_secs(30),
+        )
+        .await
+        .map(|_| ())
+        .expect_err("one permit asked of a two-permit semaphore's holder");
+    assert!(err.to_string().contains("2 permits"), "{err}");
+    common::expect_invalid(Err::<(), _>(err), "permits");
     for (i, before) in before.iter().enumerate() {
         let now = holders(&nodes, i, "sem", "sized").await;
         let (a, b): (Vec<_>, Vec<_>) = (
@@ -123,6 +131,8 @@ async fn another_number_of_permits_is_refused_and_changes_nothing() {
             now.iter().map(|(m, _)| m).collect(),
         );
         assert_eq!(a, b, "node {i} changed");
+        // Nor was the permit's expiry pushed back.
+        assert_eq!(before, &now, "node {i} changed");
         assert!(now.iter().any(|(m, s)| m == "#permits" && *s == -2.0));
     }
     held.release().await.unwrap();

@@ -156,7 +156,9 @@ pub enum LockKind {
     /// The writer's share of a read-write lock: one writer, and no reader beside it.
     Write,
     /// One of `permits` permits: at most `permits` holders at once. It needs more than a
-    /// majority of the masters (see [`LockKind::quorum`]).
+    /// majority of the masters (see [`LockKind::quorum`]). Every holder must ask for the same
+    /// number: while the semaphore is held, an acquire or an extend with another is refused
+    /// with [`Error::InvalidArgument`](crate::Error::InvalidArgument) for `permits`.
     Semaphore {
         /// How many holders the semaphore admits.
         permits: u32,

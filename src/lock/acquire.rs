@@ -45,7 +45,8 @@ const SPLIT_RETRY_SPREAD: Duration = Duration::from_millis(2);
 ///
 /// # Errors
 ///
-/// [`Error::InvalidArgument`] (no node is contacted); otherwise the last attempt's error:
+/// [`Error::InvalidArgument`] (no node is contacted, except for a semaphore held with
+/// another number of permits, which the masters refuse); otherwise the last attempt's error:
 /// [`Error::Contended`], [`Error::QuorumUnavailable`], or [`Error::Timeout`] when a quorum
 /// granted too slowly to leave the minimum validity. [`Error::QuorumUnavailable`] comes
 /// before the wait is over when the nodes kept out (quarantined for longer than the wait,
@@ -188,6 +189,13 @@ pub(crate) async fn acquire_waiting_since(
                 }
                 Err(e) => e,
             };
+            if matches!(error, Error::InvalidArgument { .. }) {
+                // Another number of permits than the semaphore is held with: no retry mends it.
+                if let Some(released) = released {
+                    released.answered().await;
+                }
+                return Err(error);
+            }
             let now = Instant::now();
             // Masters kept out for longer than the caller waits (quarantined, replicas,
             // refusing, or down: a connection failure counts once it has repeated) make

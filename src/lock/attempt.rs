@@ -216,7 +216,9 @@ pub(super) async fn attempt(
             continue;
         }
         let failures = failures(nodes, &answers);
-        let error = if holders.is_empty() && reserved.is_empty() {
+        let error = if let Some(error) = super::other_permits(nodes, &answers) {
+            error
+        } else if holders.is_empty() && reserved.is_empty() {
             cluster.unavailable(Operation::Acquire, name, quorum, failures)
         } else {
             Error::Contended {

@@ -107,6 +107,14 @@ pub(crate) async fn extend_key(
             outcome: Ok(holder_fence(&keys.kind, &fences, quorum)),
         };
     }
+    if let Some(error) = super::other_permits(nodes, &answers) {
+        // Asked with another number of permits than the semaphore's: nothing was extended,
+        // and the lock is not the caller's to count lost.
+        return Extended {
+            valid_until: certain_until,
+            outcome: Err(error),
+        };
+    }
     // Refusals alone rule a quorum out: the lock is gone, whatever the failed nodes say.
     if !in_time || nodes.len() - tally.no_count() < quorum {
         crate::metrics::extension(&keys.kind, "lost");

@@ -23,8 +23,22 @@ pub(crate) use release::{Releaser, release_key, release_token};
 use crate::cluster::Cluster;
 use crate::config::LockKind;
 use crate::error::{Error, Result};
+use crate::fanout::{Answer, failures};
 use crate::metrics::HeldGauge;
-use crate::node::Keys;
+use crate::node::{Keys, Node, other_permits_reason};
+
+/// [`Error::InvalidArgument`] for `permits` when a master refused a semaphore because it is
+/// held with another number of permits than asked: every holder must ask for the same, and
+/// no wait or retry changes that while it is held.
+fn other_permits<T>(nodes: &[Node], answers: &[Option<Answer<T>>]) -> Option<Error> {
+    failures(nodes, answers).into_iter().find_map(|f| {
+        let reason = other_permits_reason(&f.kind)?;
+        Some(Error::invalid(
+            "permits",
+            format!("master {} refused it: {reason}", f.node),
+        ))
+    })
+}
 
 /// A lock held on a quorum of nodes.
 ///

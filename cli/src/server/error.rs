@@ -60,6 +60,12 @@ impl From<Error> for ApiError {
     fn from(error: Error) -> Self {
         let message = error.to_string();
         match error {
+            // The permits' range is checked before the library is called (`kind.rs`): the
+            // library refuses them only when the masters hold the semaphore with another
+            // number than asked, which no retry mends while it is held.
+            Error::InvalidArgument {
+                field: "permits", ..
+            } => ApiError::new(StatusCode::CONFLICT, "permits_mismatch", message),
             Error::InvalidArgument { field, .. } => {
                 ApiError::bad_request(&format!("invalid_{field}"), message)
             }
@@ -81,19 +87,14 @@ impl From<Error> for ApiError {
                 needed,
                 total,
                 ..
-            } => {
-                // Masters that refused a semaphore's permits say "PERMITS": the caller asked
-                // for another number than the holders have, which no retry mends.
-                let (status, code) = if failures.iter().any(asked_other_permits) {
-                    (StatusCode::CONFLICT, "permits_mismatch")
-                } else {
-                    (StatusCode::SERVICE_UNAVAILABLE, "quorum_unavailable")
-                };
-                ApiError::new(status, code, message)
-                    .with("needed", json!(needed))
-                    .with("nodes", json!(total))
-                    .with("failures", failures_json(&failures))
-            }
+            } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "quorum_unavailable",
+                message,
+            )
+            .with("needed", json!(needed))
+            .with("nodes", json!(total))
+            .with("failures", failures_json(&failures)),
             Error::ExtendUncertain {
                 valid_for,
                 failures,
@@ -112,11 +113,6 @@ impl From<Error> for ApiError {
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message),
         }
     }
-}
-
-/// Whether a master refused because its semaphore is held with another number of permits.
-fn asked_other_permits(failure: &redquorum::NodeFailure) -> bool {
-    matches!(&failure.kind, NodeFailureKind::Server(m) if m.starts_with("PERMITS "))
 }
 
 /// Which nodes failed, and how.
