@@ -62,6 +62,12 @@ pub enum NodeFailureKind {
     /// read (a new connection whose reading failed or was overtaken): it may be a restarted
     /// node, so its vote is not counted.
     Unverified,
+    /// The node granted a hold of a reentrant lock its owner holds there (or a reader's share)
+    /// with this fencing token, but no quorum of the masters that granted agrees on one: a
+    /// hold now would not carry a token that a quorum records (the owner's other holds
+    /// carry theirs), so it is refused, to be asked again. Seen when masters lost the
+    /// owner's lock and took it again with new tokens.
+    FenceDisagrees(u64),
 }
 
 impl fmt::Display for NodeFailureKind {
@@ -87,6 +93,10 @@ impl fmt::Display for NodeFailureKind {
             NodeFailureKind::Unverified => f.write_str(
                 "answered on a connection whose server has not been identified yet (INFO failed, or the connection was just replaced); not counted",
             ),
+            NodeFailureKind::FenceDisagrees(fence) => write!(
+                f,
+                "granted with fencing token {fence}, which no quorum of the granting masters shares (masters that lost the lock and took it again hold it with new tokens)"
+            ),
         }
     }
 }
@@ -103,6 +113,7 @@ impl NodeFailureKind {
             NodeFailureKind::Unmarked => "unmarked",
             NodeFailureKind::NotDurable => "not_durable",
             NodeFailureKind::Unverified => "unverified",
+            NodeFailureKind::FenceDisagrees(_) => "fence_disagrees",
         }
     }
 }

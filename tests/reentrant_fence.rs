@@ -156,3 +156,45 @@ async fn a_fresh_lock_granted_over_two_rounds_gets_one_fence_a_quorum_records() 
     assert!(next.fence() > fence);
     next.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_go_on_when_a_minority_of_masters_has_another_fence() {
+    let nodes = common::nodes(3);
+    let client = common::client(&nodes);
+    common::kinds::warm(&client).await;
+    let owner = Owner::random().unwrap();
+    let opts = kind_opts(reentrant(&owner), 5_000);
+    let outer = client.try_acquire("apart", &opts).await.unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(2), || async {
+            holds(&nodes, 2, "apart").await == 1
+        })
+        .await
+    );
+    // Master 2's counter moves above the lock's token, as when it lost the owner's lock (paused
+    // past its TTL) and a later hold took it again there with a new one.
+    common::set_fence_counter(&nodes, 2, "apart", outer.fence() + 1_000).await;
+    // Every master answers, and two of three agree on the token: every hold is granted, with
+    // it, whichever master answers first.
+    for _ in 0..10 {
+        let hold = client
+            .try_acquire("apart", &opts)
+            .await
+            .expect("a quorum agrees on the lock's fencing token");
+        assert_eq!(hold.fence(), outer.fence());
+        hold.release().await.unwrap();
+    }
+    // With no two masters agreeing, the hold is refused, and the error says why.
+    common::set_fence_counter(&nodes, 1, "apart", outer.fence() + 2_000).await;
+    match client.try_acquire("apart", &opts).await {
+        Err(Error::QuorumUnavailable { failures, .. }) => {
+            let disagreeing = failures
+                .iter()
+                .filter(|f| matches!(f.kind, redquorum::NodeFailureKind::FenceDisagrees(_)))
+                .count();
+            assert!(disagreeing >= 2, "{failures:?}");
+        }
+        other => panic!("expected a refusal naming the fences, got {other:?}"),
+    }
+    outer.release().await.unwrap();
+}

@@ -144,9 +144,10 @@ pub enum LockKind {
     /// [`Owner`] is a hold of its own, released on its own, and the lock is freed on the
     /// masters when the last hold is released. It excludes a [`LockKind::Mutex`] of the same
     /// name, and keeps its fencing token while the owner holds it: a hold that finds the
-    /// owner's lock on too few masters to confirm its token (one of them silent, say) is
-    /// refused with [`Error::QuorumUnavailable`](crate::Error::QuorumUnavailable) rather than
-    /// given another token.
+    /// owner's lock on too few masters to confirm its token (one of them silent, say, or no
+    /// quorum of them agreeing on it) is refused with
+    /// [`Error::QuorumUnavailable`](crate::Error::QuorumUnavailable), whose failures name
+    /// them, rather than given another token.
     Reentrant(Owner),
     /// A reader's share of a read-write lock: many readers at once, never beside a writer,
     /// and none new while a writer waits. Its fencing token is the last writer's, or, where a

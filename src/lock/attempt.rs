@@ -105,7 +105,7 @@ pub(super) async fn attempt(
                     if let AcquireReply::Kept(fence, _) = reply {
                         kept.push(*fence);
                     }
-                    kept.is_empty() || kept_fence_agreed(&kept, quorum)
+                    kept.is_empty() || kept_fence_agreed(&kept, quorum).is_some()
                 },
                 // A waiter hears every master out, even once the vote is lost: a master
                 // whose refusal came after the decision would otherwise be sent a give-back,
@@ -140,7 +140,7 @@ pub(super) async fn attempt(
                             // would carry another token than the owner's holds carry. Refused,
                             // to be asked again once a quorum of them answers.
                             debug!("too few masters confirm the owner's lock; refusing the hold");
-                            let failures = failures(nodes, &answers);
+                            let failures = with_disagreeing_fences(nodes, &answers);
                             break (
                                 cluster.unavailable(Operation::Acquire, name, quorum, failures),
                                 answers,
@@ -158,7 +158,8 @@ pub(super) async fn attempt(
                             continue;
                         }
                         Err(_) => {
-                            let failures = failures(nodes, &answers);
+                            // Refenced as often as allowed, and still no quorum agrees.
+                            let failures = with_disagreeing_fences(nodes, &answers);
                             break (
                                 cluster.unavailable(Operation::Acquire, name, quorum, failures),
                                 answers,
@@ -298,6 +299,25 @@ pub(super) async fn attempt(
         handed_over,
         out: answers.iter().map(kept_out).collect(),
     })
+}
+
+/// The nodes that failed, and those that granted with a kept fencing token that no quorum
+/// shares (see `NodeFailureKind::FenceDisagrees`): why a hold was refused, although every
+/// master may have answered.
+fn with_disagreeing_fences(
+    nodes: &[crate::node::Node],
+    answers: &[Option<Answer<AcquireReply>>],
+) -> Vec<crate::error::NodeFailure> {
+    let mut all = failures(nodes, answers);
+    for (node, answer) in nodes.iter().zip(answers) {
+        if let Some(Ok(AcquireReply::Kept(fence, _))) = answer {
+            all.push(crate::error::NodeFailure {
+                node: node.addr().to_owned(),
+                kind: NodeFailureKind::FenceDisagrees(*fence),
+            });
+        }
+    }
+    all
 }
 
 /// Releases an attempt's grants if the attempt's future is dropped half-way.

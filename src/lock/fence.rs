@@ -31,15 +31,26 @@ pub(super) fn fence_of(
     let Some(&lock_fence) = kept.first() else {
         return Ok(fresh.into_iter().max());
     };
-    if kept_fence_agreed(&kept, quorum) {
-        return Ok(Some(lock_fence));
+    if let Some(agreed) = kept_fence_agreed(&kept, quorum) {
+        return Ok(Some(agreed));
     }
     Err(fresh.into_iter().chain(kept).max().unwrap_or(lock_fence))
 }
 
-/// Whether a quorum of grants kept one fencing token.
-pub(super) fn kept_fence_agreed(kept: &[u64], quorum: usize) -> bool {
-    kept.len() >= quorum && kept.iter().all(|&f| Some(&f) == kept.first())
+/// The fencing token that a quorum of grants kept, if one did (two cannot: that would take
+/// more grants than masters).
+///
+/// The grants outside that quorum do not matter, whatever they say: a master that lost the
+/// owner's lock and took it again (for a later hold, say) has a new, higher counter, and
+/// one whose counter a failed writer raised has too. The agreed token is still above that
+/// of every acquisition before (each shared a master of the quorum with it, whose counter
+/// then would be above that acquisition's, and is at the token), and every later one must
+/// exceed it on that quorum. Nor was a higher token that only a minority has ever granted:
+/// a grant of it on a quorum would have left it on a master of this quorum.
+pub(super) fn kept_fence_agreed(kept: &[u64], quorum: usize) -> Option<u64> {
+    kept.iter()
+        .copied()
+        .find(|f| kept.iter().filter(|g| *g == f).count() >= quorum)
 }
 
 #[cfg(test)]
@@ -61,5 +72,14 @@ mod tests {
             Err(9)
         );
         assert_eq!(fence_of(&[again(4), again(6), none()], 2), Err(6));
+        // A quorum agrees, whatever the others say: a master that lost the lock and took it
+        // again with a new token, answering first or last.
+        assert_eq!(fence_of(&[again(9), again(4), again(4)], 2), Ok(Some(4)));
+        assert_eq!(fence_of(&[again(4), again(4), again(9)], 2), Ok(Some(4)));
+        assert_eq!(
+            fence_of(&[again(4), again(9), again(4), again(2), again(4)], 3),
+            Ok(Some(4))
+        );
+        assert_eq!(fence_of(&[again(4), again(9), again(2)], 2), Err(9));
     }
 }
