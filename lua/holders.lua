@@ -2,11 +2,12 @@
 -- holders live in one sorted set per name: member the holder, score when its hold expires in
 -- this node's milliseconds. Members starting with '#' are records, not holders: a
 -- semaphore's '#permits' (score minus the number of permits, so that no expiry drops it), a
--- read-write lock's '#writer-waiting' (score when that wait lapses), and each holder's
--- fencing token, '#f:' and the holder's member, scored minus one more than the token (below
--- zero too; it goes with its holder). The holder's own token is kept because the counter
--- moves on under it: every permit of a semaphore raises it, and so may a reader's refence.
--- The set's own TTL is its longest-lived member's, so it is gone with them.
+-- read-write lock's '#writer-waiting:<waiter id>' for each waiting writer (score when that
+-- wait lapses), and each holder's fencing token, '#f:' and the holder's member, scored minus
+-- one more than the token (below zero too; it goes with its holder). The holder's own token
+-- is kept because the counter moves on under it: every permit of a semaphore raises it, and
+-- so may a reader's refence. The set's own TTL is its longest-lived member's, so it is gone
+-- with them.
 
 -- Every acquire and release of these locks looks at the queue.
 local helpers = queue_helpers()

@@ -28,7 +28,7 @@ for i = 1, #all, 2 do
   local member, at = all[i], tonumber(all[i + 1])
   if member == '#permits' then
     permits = -at
-  elseif member == '#writer-waiting' then
+  elseif string.sub(member, 1, 15) == '#writer-waiting' then
     if at > now then
       waiting = 1
     end

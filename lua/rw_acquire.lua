@@ -11,8 +11,10 @@
 --
 -- A writer is granted only with no holder at all, a reader only without a writer: any two
 -- quorums share a node, which refuses the second of a writer and anyone else. A writer that
--- must wait records '#writer-waiting' for as long as its place in the queue lasts, and new
--- readers are refused ({3}) meanwhile, so that a stream of readers cannot starve writers.
+-- must wait records '#writer-waiting:<waiter id>' for as long as its place in the queue
+-- lasts (a record of its own, which goes with its place when it gives up: see dequeue.lua),
+-- and new readers are refused ({3}) while any such record is there, so that a stream of
+-- readers cannot starve writers.
 local refused = deployment_gate(KEYS[5], KEYS[6], KEYS[7], ARGV[2])
 if refused then
   return refused
@@ -32,7 +34,7 @@ if not mine then
     elseif kind == 'r:' then
       readers = readers + 1
       readers_until = math.max(readers_until, at)
-    elseif all[i] == '#writer-waiting' then
+    elseif string.sub(all[i], 1, 15) == '#writer-waiting' then
       writer_waits = true
     end
   end
@@ -46,9 +48,7 @@ if not mine then
   end
   if not reader and readers > 0 then
     if ARGV[4] ~= '' and ARGV[6] ~= '0' then
-      local lapse = now + tonumber(ARGV[6])
-      local waiting = tonumber(redis.call('ZSCORE', holders, '#writer-waiting') or '0')
-      redis.call('ZADD', holders, math.max(lapse, waiting), '#writer-waiting')
+      redis.call('ZADD', holders, now + tonumber(ARGV[6]), '#writer-waiting:' .. ARGV[4])
       keep_alive(holders, now)
       queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
     end
@@ -68,7 +68,9 @@ if not reader then
     return {2, counter}
   end
   redis.call('SET', KEYS[2], ARGV[3])
-  redis.call('ZREM', holders, '#writer-waiting')
+  -- Its own wait is over; other writers' records stay. (A bare '#writer-waiting' is one
+  -- that an earlier version shared between writers.)
+  redis.call('ZREM', holders, '#writer-waiting', '#writer-waiting:' .. ARGV[4])
   fence = proposed
 end
 redis.call('ZADD', holders, now + tonumber(ARGV[2]), me)

@@ -374,3 +374,47 @@ async fn an_extend_by_token_gives_the_readers_own_fence() {
         assert!(holders(&nodes, i, "rw", "own").await.is_empty(), "node {i}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_gives_up_its_wait_lets_new_readers_in() {
+    let nodes = common::nodes(3);
+    let client = common::client(&nodes);
+    common::kinds::warm(&client).await;
+    let reader = client.try_acquire("left", &read(10_000)).await.unwrap();
+    // A long retry delay gives the writer's place (and its record that it waits) a life of
+    // seconds; it gives up long before.
+    let opts = write(2_000)
+        .wait(Duration::from_millis(300))
+        .retry_delay(Duration::from_secs(1));
+    assert!(matches!(
+        client.acquire("left", &opts).await,
+        Err(Error::Contended { .. })
+    ));
+    // Its place is given up on the masters ahead of anything sent after it: no writer waits,
+    // and the next reader is welcome at once.
+    client
+        .try_acquire("left", &read(2_000))
+        .await
+        .expect("no writer waits")
+        .release()
+        .await
+        .unwrap();
+    // No master keeps a record that a writer waits (each has run the give-up by now, or soon:
+    // far sooner than the place's life).
+    assert!(
+        common::eventually(Duration::from_millis(500), || async {
+            for i in 0..3 {
+                let waits = holders(&nodes, i, "rw", "left")
+                    .await
+                    .iter()
+                    .any(|(member, _)| member.starts_with("#writer-waiting"));
+                if waits {
+                    return false;
+                }
+            }
+            true
+        })
+        .await
+    );
+    reader.release().await.unwrap();
+}

@@ -9,8 +9,8 @@ use tracing::debug;
 
 use super::acquire::WAKE_FALLBACK;
 use crate::cluster::{Cluster, GiveBack, MAX_FENCE};
-use crate::config::LockOptions;
 use crate::config::random_token;
+use crate::config::{LockKind, LockOptions};
 use crate::error::NodeFailureKind;
 use crate::fanout::{Answer, send_and_detach};
 use crate::node::Keys;
@@ -301,8 +301,14 @@ fn dequeue(cluster: &Arc<Cluster>, keys: Arc<Keys>, waiter: Arc<str>, selected: 
         let selected = selected.get(i).copied().unwrap_or(false);
         async move {
             if selected {
+                let writer = matches!(keys.kind, LockKind::Write);
                 let answer = cluster.nodes[i]
-                    .dequeue(keys.for_place(), &waiter, cluster.waiters.wake_prefix())
+                    .dequeue(
+                        keys.for_place(),
+                        &waiter,
+                        cluster.waiters.wake_prefix(),
+                        writer,
+                    )
                     .await;
                 debug!(node = cluster.nodes[i].addr(), answer = ?answer, "dequeue");
             }

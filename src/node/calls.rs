@@ -289,17 +289,19 @@ impl Node {
     }
 
     /// Gives up `waiter`'s place in the queue, waking the next waiter on `channel` if the lock
-    /// is free. Keys: the lock, its queue, the queue's terms and its live mark. Whether the
-    /// waiter had a place here.
+    /// is free; a read-write lock's `writer` also takes back its record that it waits, which
+    /// keeps new readers out. Keys: the lock, its queue, the queue's terms and its live mark.
+    /// Whether the waiter had a place here.
     pub(crate) async fn dequeue(
         &self,
         keys: [&str; 4],
         waiter: &str,
         channel: &str,
+        writer: bool,
     ) -> std::result::Result<bool, NodeFailureKind> {
         let (value, _) = self
             .eval(Operation::Release, &SCRIPTS.dequeue, &keys, |c| {
-                c.arg(waiter).arg(channel);
+                c.arg(waiter).arg(channel).arg(u8::from(writer));
             })
             .await?;
         match value {
