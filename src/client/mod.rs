@@ -114,11 +114,17 @@ impl Client {
     }
 
     /// [`Client::extend_token`] for a lock of any kind: `kind` as it was acquired with (for a
-    /// reentrant lock, the owner, and `token` the hold's).
+    /// reentrant lock, the owner, and `token` the hold's). The lock returned carries the
+    /// holder's own fencing token: the lock's for a reentrant hold, the reader's, the writer's
+    /// or the permit's as it was granted, even once later holders have raised the counters.
     ///
     /// # Errors
     ///
-    /// As [`Client::extend_token`].
+    /// As [`Client::extend_token`], for every kind: [`Error::NotHeld`] when the token holds
+    /// nothing on a quorum (a reentrant lock's hold must be one its masters record: a token
+    /// that never was a hold, or one released already, extends nothing, even while the owner
+    /// holds the lock). For a semaphore held with another number of permits than `kind`'s,
+    /// [`Error::InvalidArgument`] for `permits`; nothing is extended.
     pub async fn extend_token_as(
         &self,
         name: &str,
@@ -146,10 +152,14 @@ impl Client {
 
     /// [`Client::release_token`] for a lock of any kind: `kind` as it was acquired with (for a
     /// reentrant lock, the owner, and `token` the hold's; the lock is freed with its last hold).
+    /// Only the token's own hold goes: a reader's share, a permit, a reentrant lock's hold.
     ///
     /// # Errors
     ///
-    /// As [`Client::release_token`].
+    /// As [`Client::release_token`], for every kind: [`Error::NotHeld`] when no node had this
+    /// token while the lock is held (by another holder, other readers or permit holders, or
+    /// the owner's other holds: a token that never held it, or one released already), and
+    /// nothing is changed. A lock that nobody holds any more counts as released.
     pub async fn release_token_as(&self, name: &str, kind: &LockKind, token: &str) -> Result<()> {
         lock::release_token(&self.cluster, name, kind, token).await
     }

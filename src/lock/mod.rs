@@ -117,10 +117,13 @@ impl Lock {
         &self.token
     }
 
-    /// The fencing token of this acquisition: larger than that of every earlier acquisition of
-    /// the same name, whatever the clocks did. Send it with every write to the protected
-    /// resource, which must refuse a token lower than the highest it has seen (see
-    /// the `fencing` module).
+    /// The fencing token of this acquisition, whatever the clocks did. A mutex's, a writer's
+    /// and each semaphore permit's is larger than that of every earlier acquisition of the
+    /// same name. The holds of a reentrant lock share one, the owner's lock's, larger than
+    /// every earlier owner's; readers share the last writer's (or one above the masters'
+    /// counters, see [`LockKind::Read`]), never below an earlier writer's and always below a
+    /// later one's. Send it with every write to the protected resource, which must refuse a
+    /// token lower than the highest it has seen (see the `fencing` module).
     pub fn fence(&self) -> u64 {
         self.fence
     }
@@ -197,7 +200,10 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// As [`Client::release_token`](crate::Client::release_token). A lock that has already expired is released successfully.
+    /// As [`Client::release_token`](crate::Client::release_token). A lock that has already
+    /// expired, and that nobody holds since, is released successfully; one held since by
+    /// another holder (other readers or permit holders, or the owner's other holds, included)
+    /// is [`Error::NotHeld`].
     pub async fn release(self) -> Result<()> {
         release_key(
             &self.cluster,

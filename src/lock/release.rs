@@ -22,7 +22,8 @@ use crate::waiters::{Kept, KeptPlace, LOOP_WINDOW};
 /// # Errors
 ///
 /// [`Error::NotHeld`] when no node had this token and another token holds the lock (nothing
-/// is changed); [`Error::QuorumUnavailable`] when fewer than a quorum of nodes answered (keys
+/// is changed; for a reentrant lock, a read-write lock or a semaphore, another hold, reader or
+/// permit); [`Error::QuorumUnavailable`] when fewer than a quorum of nodes answered (keys
 /// left behind expire at their TTL); [`Error::InvalidArgument`] for a bad name or token (a
 /// token of a shape this library never hands out is refused before any node is asked). A
 /// lock that is already gone everywhere counts as released.
