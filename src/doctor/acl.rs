@@ -39,6 +39,7 @@ fn needed(key: &str, channel: &str) -> Vec<(&'static str, Cmd)> {
         cmd("HDEL", &[key, "doctor"]),
         // A reentrant lock's holds.
         cmd("HLEN", &[key]),
+        cmd("HEXISTS", &[key, "doctor"]),
         cmd("PEXPIRE", &[key, "60000"]),
         cmd("TIME", &[]),
         cmd("INFO", &["server"]),
