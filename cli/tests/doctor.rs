@@ -384,13 +384,7 @@ async fn quarantine_is_a_warning_with_the_time_left() {
     let report = client.doctor().await;
     assert!(report.nodes.iter().all(|n| n.quarantined_for.is_none()));
     // An hour-long lock makes an hour the longest TTL; then master 0 restarts empty.
-    client
-        .try_acquire("long", &LockOptions::new(Duration::from_secs(3600)))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_an_hour_long_lock(&client).await;
     nodes.restart(0).unwrap();
     let report = client.doctor().await;
     let lost = &report.nodes[0];
@@ -499,14 +493,7 @@ async fn the_http_route_serves_the_report_behind_the_token() {
 async fn with_quarantine_off_masters_that_lost_their_data_still_vote() {
     let mut nodes = LocalNodes::start(3).unwrap();
     // An hour-long lock makes an hour the longest TTL; then two masters restart empty.
-    Client::new(nodes.urls())
-        .unwrap()
-        .try_acquire("long", &LockOptions::new(Duration::from_secs(3600)))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    take_an_hour_long_lock(&Client::new(nodes.urls()).unwrap()).await;
     nodes.restart(0).unwrap();
     nodes.restart(1).unwrap();
     // With the default quarantine, a client counts only the third master: unsafe.
@@ -552,4 +539,16 @@ fn the_help_calls_missing_durability_an_error_unless_allowed() {
         "{help}"
     );
     assert!(!warnings.contains("durable"), "{warnings}");
+}
+
+/// Takes and releases an hour-long lock: a master that loses its data after it is quarantined
+/// for up to an hour.
+async fn take_an_hour_long_lock(client: &Client) {
+    client
+        .try_acquire("long", &LockOptions::new(Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }

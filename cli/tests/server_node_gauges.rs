@@ -5,21 +5,15 @@
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod http_common;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::Request;
 use http_body_util::BodyExt;
+use http_common::metric_value as value;
 use redquorum_cli::server::AppOptions;
 use tower::ServiceExt;
-
-/// The value of the series whose line starts with `prefix` (name and labels).
-fn value(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
 
 async fn scrape(app: &Router) -> String {
     let req = Request::builder()

@@ -160,3 +160,12 @@ pub async fn marked_client(nodes: &LocalNodes) -> redquorum::Client {
     assert!(marked, "the masters were not marked");
     client
 }
+
+/// The value of the Prometheus series whose line in `text` starts with `prefix` (name and
+/// labels).
+pub fn metric_value(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
