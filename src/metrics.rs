@@ -11,7 +11,7 @@ use crate::config::LockKind;
 use crate::error::Operation;
 
 /// Histogram, labels `kind`, `outcome`: time from the start of an acquire to its result,
-/// retries included.
+/// retries included (`cancelled`: to when its future was dropped, before any result).
 ///
 /// The `kind` label, here and on the other per-lock metrics, is
 /// [`LockKind::as_str`](crate::config::LockKind::as_str): `mutex`, `reentrant`, `read`, `write`

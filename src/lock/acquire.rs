@@ -72,6 +72,11 @@ pub(crate) async fn acquire_waiting_since(
 ) -> Result<Lock> {
     let started = Instant::now();
     let waiting_since = waiting_since.min(started);
+    let mut timed = Timed {
+        kind: &opts.kind,
+        started,
+        finished: false,
+    };
     let result = async {
         let keys = cluster.keys(name, &opts.kind)?;
         opts.validate(&cluster.settings)?;
@@ -300,8 +305,26 @@ pub(crate) async fn acquire_waiting_since(
         Ok(_) => "acquired",
         Err(e) => e.code(),
     };
+    timed.finished = true;
     crate::metrics::acquire_done(&opts.kind, outcome, started.elapsed().as_secs_f64());
     result
+}
+
+/// Counts an acquire whose future is dropped before it ends (a caller's timeout around it, an
+/// HTTP client that left) as `cancelled`: otherwise it would be in no outcome at all.
+struct Timed<'a> {
+    kind: &'a LockKind,
+    started: Instant,
+    finished: bool,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            let seconds = self.started.elapsed().as_secs_f64();
+            crate::metrics::acquire_done(self.kind, "cancelled", seconds);
+        }
+    }
 }
 
 /// The pause before the next attempt: the fixed delay plus a uniform random part.
