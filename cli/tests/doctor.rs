@@ -521,6 +521,28 @@ async fn with_quarantine_off_masters_that_lost_their_data_still_vote() {
             "{json}"
         );
     }
+    // Once a client with quarantine on has put them in quarantine, the masters themselves
+    // refuse every grant until it ends, whatever a client's setting: no vote counts there.
+    let refused = Client::new(nodes.urls())
+        .unwrap()
+        .try_acquire("after", &LockOptions::new(Duration::from_secs(5)))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let quarantine_off = Client::builder()
+        .nodes(nodes.urls())
+        .quarantine(Duration::ZERO)
+        .build()
+        .unwrap();
+    let refused = quarantine_off
+        .try_acquire("after", &LockOptions::new(Duration::from_secs(5)))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    let (code, json) = doctor_json(
+        &nodes.urls(),
+        &["--allow-non-durable", "--quarantine", "0s"],
+    );
+    assert_eq!(code, 78, "{json}");
+    assert_eq!(json["usable"], 1, "{json}");
 }
 
 #[test]

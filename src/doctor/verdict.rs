@@ -8,7 +8,8 @@ use crate::config::defaults;
 
 /// Turns the readings into problems, per master and for the deployment, for a client with
 /// these settings: with `quarantine_off` (a quarantine of 0s) the client counts the votes of
-/// masters that lost their data, so doctor does too, and only warns of them.
+/// masters that lost their data and are not yet quarantined, so doctor does too, and only
+/// warns of them.
 pub(super) fn assess(
     mut nodes: Vec<NodeCheck>,
     quorum: usize,
@@ -140,18 +141,19 @@ pub(super) fn assess(
                 ));
             }
         }
-        // With quarantine off the client counts such a master's vote: it may grant a lock it
+        // A quarantined master refuses every grant itself, whatever the client's setting. An
+        // unmarked one is marked by the next acquire: in quarantine by a client with quarantine
+        // on, without by one with it off, which then counts its vote; it may grant a lock it
         // granted to another holder before it lost its data, which is what the warning says.
-        const COUNTED_ANYWAY: &str = "; with quarantine off (0s) this client counts its vote anyway, and it may grant a lock that another holder still holds";
+        const COUNTED_ANYWAY: &str = "; with quarantine off (0s) this client marks it without quarantine and counts its vote, and it may grant a lock that another holder still holds";
         if let Some(left) = node.quarantined_for {
-            votes &= quarantine_off;
+            votes = false;
             problems.push(Problem::new(
                 Severity::Warning,
                 "quarantined",
                 format!(
-                    "it lost its data (a restart without persistence, or a flush) while the deployment was in use: it grants nothing for {} more, until every lock it may have granted has expired elsewhere{}",
+                    "it lost its data (a restart without persistence, or a flush) while the deployment was in use: it grants nothing for {} more, until every lock it may have granted has expired elsewhere",
                     humantime::format_duration(Duration::from_secs(left.as_secs().max(1))),
-                    if quarantine_off { COUNTED_ANYWAY } else { "" }
                 ),
             ));
         } else if node.marked == Some(false) && lost_data {

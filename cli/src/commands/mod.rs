@@ -422,8 +422,8 @@ maxmemory-policy other than noeviction, a command or key prefix the ACL denies, 
 able to vote than the quorum, and a master without durable persistence (appendonly yes and
 appendfsync always), which --allow-non-durable makes a warning (with --require-durable such a
 master cannot vote either). Warnings (safe): a clock more than 1s off, a master that lost its
-data after a restart (in quarantine, or without the deployment marker; it cannot vote unless
---quarantine 0s).
+data after a restart (in quarantine, when it cannot vote; or without the deployment marker,
+when it votes only with --quarantine 0s).
 
 Exit codes:
   0    safe for the options given (warnings may be printed)
