@@ -4,32 +4,30 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use redquorum::metrics::ACQUIRE_DURATION;
 
-/// How many acquires were timed with `outcome` since the last look, and their longest time in
-/// seconds (a snapshot takes the histograms' samples it reads).
-fn timed(snapshotter: &Snapshotter, outcome: &str) -> (usize, f64) {
-    let mut count = 0;
-    let mut longest: f64 = 0.0;
+/// The acquires timed since the last look: each outcome's times in seconds (a snapshot takes
+/// the histograms' samples it reads).
+fn timed(snapshotter: &Snapshotter) -> BTreeMap<String, Vec<f64>> {
+    let mut timed: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (key, _, _, value) in snapshotter.snapshot().into_vec() {
         let key = key.key();
-        if key.name() == ACQUIRE_DURATION
-            && key
-                .labels()
-                .any(|l| l.key() == "outcome" && l.value() == outcome)
-            && let DebugValue::Histogram(samples) = value
+        let outcome = key.labels().find(|l| l.key() == "outcome");
+        if let (true, Some(outcome), DebugValue::Histogram(samples)) =
+            (key.name() == ACQUIRE_DURATION, outcome, value)
+            && !samples.is_empty()
         {
-            count += samples.len();
-            longest = samples
-                .iter()
-                .map(|s| s.into_inner())
-                .fold(longest, f64::max);
+            timed
+                .entry(outcome.value().to_owned())
+                .or_default()
+                .extend(samples.iter().map(|s| s.into_inner()));
         }
     }
-    (count, longest)
+    timed
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +43,8 @@ async fn an_acquire_whose_caller_stops_waiting_is_timed_as_cancelled() {
         .try_acquire("busy", &common::opts(30_000))
         .await
         .unwrap();
-    assert_eq!(timed(&snapshotter, "acquired").0, 1);
+    let first = timed(&snapshotter);
+    assert_eq!(first.keys().collect::<Vec<_>>(), ["acquired"], "{first:?}");
     // A caller that gives up after 300 ms on an acquire that would wait 20 s.
     let patient = common::opts(5_000).wait(Duration::from_secs(20));
     let waiting = waiter.acquire("busy", &patient);
@@ -54,11 +53,16 @@ async fn an_acquire_whose_caller_stops_waiting_is_timed_as_cancelled() {
             .await
             .is_err()
     );
-    let (cancelled, seconds) = timed(&snapshotter, "cancelled");
-    assert_eq!(cancelled, 1, "the cancelled acquire was not timed");
+    let dropped = timed(&snapshotter);
+    let cancelled = dropped.get("cancelled").cloned().unwrap_or_default();
+    assert_eq!(
+        cancelled.len(),
+        1,
+        "the cancelled acquire was not timed: {dropped:?}"
+    );
     assert!(
-        (0.25..20.0).contains(&seconds),
-        "timed to the drop, not to the end of its wait: {seconds} s"
+        (0.25..20.0).contains(&cancelled[0]),
+        "timed to the drop, not to the end of its wait: {cancelled:?} s"
     );
     held.release().await.unwrap();
     // An acquire that ends is timed under its result only.
@@ -69,19 +73,11 @@ async fn an_acquire_whose_caller_stops_waiting_is_timed_as_cancelled() {
         .release()
         .await
         .unwrap();
-    let snapshot = snapshotter.snapshot().into_vec();
-    let outcomes: Vec<String> = snapshot
-        .iter()
-        .filter(|(key, _, _, value)| {
-            key.key().name() == ACQUIRE_DURATION
-                && matches!(value, DebugValue::Histogram(samples) if !samples.is_empty())
-        })
-        .filter_map(|(key, _, _, _)| {
-            key.key()
-                .labels()
-                .find(|l| l.key() == "outcome")
-                .map(|l| l.value().to_owned())
-        })
-        .collect();
-    assert_eq!(outcomes, ["acquired"]);
+    let last = timed(&snapshotter);
+    assert_eq!(
+        last.iter()
+            .map(|(o, t)| (o.as_str(), t.len()))
+            .collect::<Vec<_>>(),
+        [("acquired", 1)]
+    );
 }

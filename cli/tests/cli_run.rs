@@ -57,6 +57,20 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
+/// Whether the command wrote "started" to `log` within 5 s.
+async fn started(log: &Path) -> bool {
+    common::eventually(Duration::from_secs(5), || async {
+        read(log).contains("started")
+    })
+    .await
+}
+
+/// Sends `signal` to the `redquorum run` process.
+fn send(child: &Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
+    nix::sys::signal::kill(pid, signal).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_command_sees_the_lock_and_its_exit_code_is_passed_on() {
     let nodes = common::nodes(3);
@@ -190,12 +204,7 @@ async fn a_lost_lock_terminates_the_command_and_exits_76() {
         &["--ttl", "600ms", "--kill-after", "2s"],
         &script,
     );
-    assert!(
-        common::eventually(Duration::from_secs(5), || async {
-            read(&log).contains("started")
-        })
-        .await
-    );
+    assert!(started(&log).await, "the command did not start");
     nodes.kill(0).unwrap();
     nodes.kill(1).unwrap();
     let killed = Instant::now();
@@ -229,12 +238,7 @@ async fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
         &["--ttl", "600ms", "--kill-after", "300ms"],
         &script,
     );
-    assert!(
-        common::eventually(Duration::from_secs(5), || async {
-            read(&log).contains("started")
-        })
-        .await
-    );
+    assert!(started(&log).await, "the command did not start");
     nodes.kill(0).unwrap();
     nodes.kill(1).unwrap();
     let (status, stderr) = finish(child).await;
@@ -252,33 +256,15 @@ async fn sigterm_is_passed_on_and_the_lock_released_after_the_command_exits() {
         log = log.display()
     );
     let child = run(&nodes, "signalled", &[], &script);
-    assert!(
-        common::eventually(Duration::from_secs(5), || async {
-            read(&log).contains("started")
-        })
-        .await
-    );
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert!(started(&log).await, "the command did not start");
+    send(&child, nix::sys::signal::Signal::SIGTERM);
     // While the command is still cleaning up, the lock is still held.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        common::client(&nodes)
-            .inspect("signalled")
-            .await
-            .unwrap()
-            .held
-    );
+    assert!(common::held(&nodes, "signalled").await);
     let (status, stderr) = finish(child).await;
     assert_eq!(status.code(), Some(42), "{stderr}");
     assert!(read(&log).contains("got-term"));
-    assert!(
-        !common::client(&nodes)
-            .inspect("signalled")
-            .await
-            .unwrap()
-            .held
-    );
+    assert!(!common::held(&nodes, "signalled").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,7 +287,7 @@ async fn a_missing_command_exits_127_and_releases() {
         .await
         .unwrap();
     assert_eq!(out.status.code(), Some(127));
-    assert!(!common::client(&nodes).inspect("nocmd").await.unwrap().held);
+    assert!(!common::held(&nodes, "nocmd").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -438,24 +424,14 @@ async fn every_signal_that_would_end_it_is_passed_on_and_the_lock_released_after
         );
         let lock = format!("signalled-{name}");
         let child = run(&nodes, &lock, &[], &script);
-        assert!(
-            common::eventually(Duration::from_secs(5), || async {
-                read(&log).contains("started")
-            })
-            .await,
-            "{name}: the command did not start"
-        );
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
-        nix::sys::signal::kill(pid, signal).unwrap();
+        assert!(started(&log).await, "{name}: the command did not start");
+        send(&child, signal);
         // redquorum outlives the signal, waits for the command and exits with its code...
         let (status, stderr) = finish(child).await;
         assert_eq!(status.code(), Some(42), "{name}: {status:?} {stderr}");
         assert!(read(&log).contains(&format!("got-{name}")), "{name}");
         // ...and releases the lock only then.
-        assert!(
-            !common::client(&nodes).inspect(&lock).await.unwrap().held,
-            "{name}"
-        );
+        assert!(!common::held(&nodes, &lock).await, "{name}");
     }
 }
 
@@ -558,27 +534,15 @@ async fn a_stopped_command_still_ends_on_sigint_and_the_lock_is_released() {
         log = log.display()
     );
     let child = run(&nodes, "stopped", &[], &script);
-    assert!(
-        common::eventually(Duration::from_secs(5), || async {
-            read(&log).contains("started")
-        })
-        .await
-    );
+    assert!(started(&log).await, "the command did not start");
     // Stopped, the command acts on nothing but SIGKILL until it is continued.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id().unwrap()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    send(&child, nix::sys::signal::Signal::SIGINT);
     let (status, stderr) = finish(child).await;
     // The shell ends of SIGINT once continued, before it says it continued.
     assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(!read(&log).contains("continued"));
-    assert!(
-        !common::client(&nodes)
-            .inspect("stopped")
-            .await
-            .unwrap()
-            .held
-    );
+    assert!(!common::held(&nodes, "stopped").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,6 @@
 //! `redquorum run` at a terminal: the real binary in a pseudo-terminal (made by
 //! `terminal/pty_driver.py`, as a user's terminal would be) against real redis-server masters.
-//! Ctrl-C reaches the command once, and a command can read the terminal.
+//! Ctrl-C reaches the command once, and a command can read the terminal. They need python3.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use redquorum_testkit::LocalNodes;
 use tokio::process::Command;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
@@ -20,19 +19,6 @@ fn script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/terminal")
         .join(name)
-}
-
-/// Whether python3, which makes the pseudo-terminal, is here; without it the test says so and
-/// checks nothing.
-fn python() -> bool {
-    let found = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !found {
-        eprintln!("python3 not found: the terminal tests need it to make a pseudo-terminal");
-    }
-    found
 }
 
 /// `command` run in a new pseudo-terminal: once it shows `wait_for`, `typed` is typed. What the
@@ -52,7 +38,7 @@ async fn at_terminal(wait_for: &str, typed: &str, command: &[&str]) -> (String, 
     )
     .await
     .expect("the pty driver ends within its own limits")
-    .unwrap();
+    .expect("python3, which makes the pseudo-terminal (see the README's quick start)");
     let shown = String::from_utf8_lossy(&out.stdout).into_owned();
     let code = shown
         .rsplit_once("EXIT ")
@@ -74,15 +60,8 @@ fn run_args<'a>(nodes: &'a str, lock: &'a str) -> Vec<&'a str> {
     ]
 }
 
-async fn held(nodes: &LocalNodes, lock: &str) -> bool {
-    common::client(nodes).inspect(lock).await.unwrap().held
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_ctrl_c_reaches_the_command_once() {
-    if !python() {
-        return;
-    }
     let nodes = common::nodes(3);
     let urls = nodes.urls().join(",");
     let dir = tempfile::tempdir().unwrap();
@@ -104,14 +83,11 @@ async fn one_ctrl_c_reaches_the_command_once() {
         "{shown}"
     );
     assert_eq!(code, "1", "{shown}");
-    assert!(!held(&nodes, "ctrl-c").await, "{shown}");
+    assert!(!common::held(&nodes, "ctrl-c").await, "{shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_command_reads_the_terminal_when_stdin_is_redirected() {
-    if !python() {
-        return;
-    }
     let nodes = common::nodes(3);
     let urls = nodes.urls().join(",");
     let mut run = run_args(&urls, "tty-read");
@@ -130,5 +106,5 @@ async fn the_command_reads_the_terminal_when_stdin_is_redirected() {
     // (SIGTTIN), with the lock held, and the run never ended.
     assert_eq!(code, "0", "{shown}");
     assert!(shown.contains("got:an-answer"), "{shown}");
-    assert!(!held(&nodes, "tty-read").await, "{shown}");
+    assert!(!common::held(&nodes, "tty-read").await, "{shown}");
 }

@@ -106,6 +106,11 @@ pub async fn stored_token(nodes: &LocalNodes, i: usize, name: &str) -> Option<St
     raw(nodes, i).await.get(lock_key(name)).await.expect("GET")
 }
 
+/// Whether the mutex (or reentrant lock) `name` is held on a quorum, as a client inspects it.
+pub async fn held(nodes: &LocalNodes, name: &str) -> bool {
+    client(nodes).inspect(name).await.expect("inspect").held
+}
+
 /// On how many of the nodes `name` is held, by anyone.
 pub async fn nodes_holding(nodes: &LocalNodes, name: &str) -> usize {
     let mut held = 0;
