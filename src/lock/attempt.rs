@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
-use super::fence::{fence_of, kept_fence_agreed};
+use super::fence::{agreed_by_quorum, fence_of};
 use super::queue::Queued;
 use crate::cluster::{Cluster, GiveBack};
 use crate::config::LockOptions;
@@ -105,7 +105,7 @@ pub(super) async fn attempt(
                     if let AcquireReply::Kept(fence, _) = reply {
                         kept.push(*fence);
                     }
-                    kept.is_empty() || kept_fence_agreed(&kept, quorum).is_some()
+                    kept.is_empty() || agreed_by_quorum(&kept, quorum).is_some()
                 },
                 // A waiter hears every master out, even once the vote is lost: a master
                 // whose refusal came after the decision would otherwise be sent a give-back,

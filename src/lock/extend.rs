@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use tracing::{Instrument, debug_span};
 
 use super::Lock;
+use super::fence::agreed_by_quorum;
 use crate::cluster::Cluster;
 use crate::config::{LockKind, validate_token};
 use crate::error::{Error, Operation, Result};
@@ -86,8 +87,11 @@ pub(crate) async fn extend_key(
         Option::is_some,
         Hearing {
             settled: |fence: &Option<u64>| {
+                if !reader_fence_wanted {
+                    return true;
+                }
                 heard.extend(*fence);
-                !reader_fence_wanted || agreed_fence(&heard, quorum).is_some()
+                agreed_by_quorum(&heard, quorum).is_some()
             },
             refusals_out: false,
             every_answer: false,
@@ -169,16 +173,7 @@ fn holder_fence(kind: &LockKind, fences: &[u64], quorum: usize) -> u64 {
 /// another, higher or lower. When the answers show no quorum agreeing (masters that did
 /// not answer), the highest, as the counters would say.
 fn reader_fence(fences: &[u64], quorum: usize) -> u64 {
-    agreed_fence(fences, quorum).unwrap_or_else(|| fences.iter().copied().max().unwrap_or(0))
-}
-
-/// The fencing token that at least `quorum` of `fences` are (no two can be: two quorums of
-/// answers would need more answers than masters).
-fn agreed_fence(fences: &[u64], quorum: usize) -> Option<u64> {
-    fences
-        .iter()
-        .copied()
-        .find(|f| fences.iter().filter(|g| *g == f).count() >= quorum)
+    agreed_by_quorum(fences, quorum).unwrap_or_else(|| fences.iter().copied().max().unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -195,6 +190,5 @@ mod tests {
         assert_eq!(holder_fence(&LockKind::Read, &[8, 4, 4], 2), 4);
         assert_eq!(holder_fence(&LockKind::Read, &[4, 2, 8, 4, 4], 3), 4);
         assert_eq!(holder_fence(&LockKind::Read, &[4, 8], 2), 8);
-        assert_eq!(agreed_fence(&[], 1), None);
     }
 }

@@ -31,14 +31,15 @@ pub(super) fn fence_of(
     let Some(&lock_fence) = kept.first() else {
         return Ok(fresh.into_iter().max());
     };
-    if let Some(agreed) = kept_fence_agreed(&kept, quorum) {
+    if let Some(agreed) = agreed_by_quorum(&kept, quorum) {
         return Ok(Some(agreed));
     }
     Err(fresh.into_iter().chain(kept).max().unwrap_or(lock_fence))
 }
 
-/// The fencing token that a quorum of grants kept, if one did (two cannot: that would take
-/// more grants than masters).
+/// The fencing token that at least `quorum` of `fences` are, if one is (two cannot: that
+/// would take more answers than masters): the token a quorum of grants kept, or a quorum of a
+/// reader's masters recorded for it.
 ///
 /// The grants outside that quorum do not matter, whatever they say: a master that lost the
 /// owner's lock and took it again (for a later hold, say) has a new, higher counter, and
@@ -47,10 +48,11 @@ pub(super) fn fence_of(
 /// then would be above that acquisition's, and is at the token), and every later one must
 /// exceed it on that quorum. Nor was a higher token that only a minority has ever granted:
 /// a grant of it on a quorum would have left it on a master of this quorum.
-pub(super) fn kept_fence_agreed(kept: &[u64], quorum: usize) -> Option<u64> {
-    kept.iter()
+pub(super) fn agreed_by_quorum(fences: &[u64], quorum: usize) -> Option<u64> {
+    fences
+        .iter()
         .copied()
-        .find(|f| kept.iter().filter(|g| *g == f).count() >= quorum)
+        .find(|f| fences.iter().filter(|g| *g == f).count() >= quorum)
 }
 
 #[cfg(test)]
