@@ -68,6 +68,9 @@ pub enum NodeFailureKind {
     /// carry theirs), so it is refused, to be asked again. Seen when masters lost the
     /// owner's lock and took it again with new tokens.
     FenceDisagrees(u64),
+    /// The node holds this semaphore with this other number of permits than asked: every
+    /// holder of a semaphore must ask for the same number, and nothing was changed.
+    OtherPermits(i64),
 }
 
 impl fmt::Display for NodeFailureKind {
@@ -97,6 +100,10 @@ impl fmt::Display for NodeFailureKind {
                 f,
                 "granted with fencing token {fence}, which no quorum of the granting masters shares (masters that lost the lock and took it again hold it with new tokens)"
             ),
+            NodeFailureKind::OtherPermits(held) => write!(
+                f,
+                "this semaphore is held here with {held} permits; every holder of a semaphore must ask for the same number"
+            ),
         }
     }
 }
@@ -114,6 +121,7 @@ impl NodeFailureKind {
             NodeFailureKind::NotDurable => "not_durable",
             NodeFailureKind::Unverified => "unverified",
             NodeFailureKind::FenceDisagrees(_) => "fence_disagrees",
+            NodeFailureKind::OtherPermits(_) => "other_permits",
         }
     }
 }

@@ -22,22 +22,24 @@ pub(crate) use release::{Releaser, release_key, release_token};
 
 use crate::cluster::Cluster;
 use crate::config::LockKind;
-use crate::error::{Error, Result};
+use crate::error::{Error, NodeFailureKind, Result};
 use crate::fanout::{Answer, failures};
 use crate::metrics::HeldGauge;
-use crate::node::{Keys, Node, other_permits_reason};
+use crate::node::{Keys, Node};
 
 /// [`Error::InvalidArgument`] for `permits` when a master refused a semaphore because it is
 /// held with another number of permits than asked: every holder must ask for the same, and
 /// no wait or retry changes that while it is held.
 fn other_permits<T>(nodes: &[Node], answers: &[Option<Answer<T>>]) -> Option<Error> {
-    failures(nodes, answers).into_iter().find_map(|f| {
-        let reason = other_permits_reason(&f.kind)?;
-        Some(Error::invalid(
-            "permits",
-            format!("master {} refused it: {reason}", f.node),
-        ))
-    })
+    failures(nodes, answers)
+        .into_iter()
+        .find(|f| matches!(f.kind, NodeFailureKind::OtherPermits(_)))
+        .map(|f| {
+            Error::invalid(
+                "permits",
+                format!("master {} refused it: {}", f.node, f.kind),
+            )
+        })
 }
 
 /// A lock held on a quorum of nodes.

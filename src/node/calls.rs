@@ -116,7 +116,9 @@ impl Node {
                     self.saw_deployment(true, Some(left));
                     return Err(NodeFailureKind::Quarantined(left));
                 }
-                [Value::Int(7), Value::Int(permits)] => return Err(other_permits(*permits)),
+                [Value::Int(7), Value::Int(held)] => {
+                    return Err(NodeFailureKind::OtherPermits(*held));
+                }
                 _ => return Err(unexpected("acquire", &items)),
             },
             other => return Err(unexpected("acquire", &other)),
@@ -168,7 +170,7 @@ impl Node {
         match value {
             Value::Int(-1) => Ok(None),
             Value::Array(items) => match items.as_slice() {
-                [Value::Int(7), Value::Int(permits)] => Err(other_permits(*permits)),
+                [Value::Int(7), Value::Int(held)] => Err(NodeFailureKind::OtherPermits(*held)),
                 _ => Err(unexpected("extend", &items)),
             },
             Value::Int(fence) if fence >= 0 => {
@@ -381,28 +383,6 @@ impl Node {
             Value::Int(n) => Ok(n == 1),
             other => Err(unexpected("mark", &other)),
         }
-    }
-}
-
-/// How a refusal of a semaphore asked with another number of permits than it is held with
-/// starts (see [`other_permits_reason`]).
-const OTHER_PERMITS: &str = "PERMITS ";
-
-/// A master's refusal of a semaphore asked with another number of permits than the `held`
-/// it is held with.
-fn other_permits(held: i64) -> NodeFailureKind {
-    NodeFailureKind::Server(format!(
-        "{OTHER_PERMITS}this semaphore is held here with {held} permits; every holder of a \
-         semaphore must ask for the same number"
-    ))
-}
-
-/// Why a master refused a semaphore, if it did because the semaphore is held with another
-/// number of permits: the caller's argument, not the master, is at fault then.
-pub(crate) fn other_permits_reason(failure: &NodeFailureKind) -> Option<&str> {
-    match failure {
-        NodeFailureKind::Server(m) => m.strip_prefix(OTHER_PERMITS),
-        _ => None,
     }
 }
 

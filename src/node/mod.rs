@@ -42,7 +42,7 @@ use std::time::Duration;
 use crate::error::{Error, NodeFailureKind, Operation, Result};
 use crate::metrics::NodeMetrics;
 
-pub(crate) use calls::{Place, Proposal, Terms, other_permits_reason};
+pub(crate) use calls::{Place, Proposal, Terms};
 pub(crate) use deadlines::Deadlines;
 pub(crate) use detached::Background;
 use health::Health;
