@@ -323,7 +323,7 @@ pub(crate) fn guard_runtime() -> Result<tokio::runtime::Handle> {
 
 /// Releases a lock that was not handed to a guard after all; what cannot be released expires
 /// at its TTL.
-pub(crate) async fn give_back(lock: Lock) {
+async fn give_back(lock: Lock) {
     if let Err(e) = lock.release().await {
         debug!("giving back a lock refused a guard: {e} (it expires at its TTL)");
     }

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use futures::future::{join_all, select_all};
 
-use super::MultiLock;
+use super::{MultiLock, give_back};
 use crate::error::Result;
-use crate::guard::{LockGuard, LockState, RenewOptions, give_back, guard_runtime};
+use crate::guard::{LockGuard, LockState, RenewOptions, guard_runtime};
 
 /// Several locks renewed in the background until they are released or dropped; see
 /// [`LockGuard`], which each name has. The multi-lock is lost as soon as one name is.
@@ -32,7 +32,7 @@ impl MultiLock {
         // Every name is checked before any is handed over, so that a refusal gives back all of
         // them, not only those not yet guarded.
         if let Err(e) = self.locks().iter().try_for_each(|l| opts.validate(l.ttl())) {
-            runtime.spawn(join_all(self.into_locks().into_iter().map(give_back)));
+            runtime.spawn(give_back(self.into_locks()));
             return Err(e);
         }
         let guards = self

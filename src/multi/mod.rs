@@ -236,8 +236,9 @@ async fn release_all(locks: Vec<Lock>) -> Result<()> {
     results.into_iter().collect::<Result<Vec<()>>>().map(|_| ())
 }
 
-/// Gives back names taken by a multi-lock that failed; what cannot be released expires.
-async fn give_back(locks: Vec<Lock>) {
+/// Gives back names taken by a multi-lock that failed, or that was refused a guard; what
+/// cannot be released expires.
+pub(super) async fn give_back(locks: Vec<Lock>) {
     if let Err(e) = release_all(locks).await {
         debug!("giving back a failed multi-lock's names: {e} (they expire at their TTL)");
     }
