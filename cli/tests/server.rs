@@ -862,6 +862,47 @@ async fn shutdown_ends_sessions_by_releasing_their_locks() {
     }
 }
 
+/// A session's lock that the shutdown cannot release (a majority of masters silent) ends its
+/// stream with `release_failed`, not `released`: a client told `released` may let other work
+/// start while the lock stays held until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_says_when_a_sessions_release_failed() {
+    let nodes = common::nodes(3);
+    let (addr, stop, task) = spawn_server(&nodes).await;
+    let http = reqwest::Client::new();
+    let mut stream = http
+        .post(format!("http://{addr}/v1/locks/unreleasable/session"))
+        .json(&json!({"ttl_ms": 30_000}))
+        .send()
+        .await
+        .unwrap();
+    let first = read_events(&mut stream, Duration::from_secs(2), |e| !e.is_empty()).await;
+    let token = first[0]["token"].as_str().unwrap().to_owned();
+    assert!(common::token_everywhere(&nodes, "unreleasable", &token).await);
+    nodes.pause(0).unwrap();
+    nodes.pause(1).unwrap();
+    stop.cancel();
+    let events = read_events(&mut stream, Duration::from_secs(4), |e| {
+        e.iter().any(|e| e["event"] != "acquired")
+    })
+    .await;
+    // Resumed, they run the release they were sent: the failure was that no quorum confirmed
+    // it in time.
+    nodes.resume(0).unwrap();
+    nodes.resume(1).unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "release_failed", "{events:?}");
+    assert_eq!(last["reason"], "the server is shutting down");
+    assert!(
+        last["message"].as_str().unwrap().contains("until its TTL"),
+        "{last}"
+    );
+    tokio::time::timeout(Duration::from_secs(3), task)
+        .await
+        .expect("server stopped")
+        .unwrap();
+}
+
 /// An `/extend` that no quorum confirms may still have been applied on some masters: the
 /// answer says how much validity is certain, at most the new TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -110,8 +110,21 @@ async fn run(
                 break;
             }
             () = shutdown.cancelled() => {
-                let _ = tx.send(line(&json!({"event": "released", "reason": "the server is shutting down"}))).await;
-                break;
+                // Released first, then said: a client told `released` may let other work
+                // start, and a release no quorum confirmed leaves the lock held until its TTL.
+                let event = match guard.release().await {
+                    Ok(()) => json!({"event": "released", "reason": SHUTTING_DOWN}),
+                    Err(e) => {
+                        tracing::warn!(lock = ?name, "session release at shutdown failed (the lock expires at its TTL): {e}");
+                        json!({
+                            "event": "release_failed",
+                            "reason": SHUTTING_DOWN,
+                            "message": format!("the release was not confirmed by a quorum ({e}); the lock may stay held until its TTL runs out"),
+                        })
+                    }
+                };
+                let _ = tx.send(line(&event)).await;
+                return;
             }
             status = watch.changed() => {
                 let Some(status) = status else { break };
@@ -145,6 +158,9 @@ async fn run(
         tracing::warn!(lock = ?name, "session release failed (the lock expires at its TTL): {e}");
     }
 }
+
+/// Why a session ends when the server stops.
+const SHUTTING_DOWN: &str = "the server is shutting down";
 
 fn line(event: &Value) -> Bytes {
     let mut bytes = event.to_string().into_bytes();
