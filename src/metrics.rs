@@ -39,7 +39,8 @@ pub const RENEWALS: &str = "redquorum_renewals_total";
 pub const HANDOVERS: &str = "redquorum_handovers_total";
 /// Gauge, label `kind`: locks this process holds now.
 pub const LOCKS_HELD: &str = "redquorum_locks_held";
-/// Gauge, label `node`: 1 when the node's last call got an answer, 0 when it failed.
+/// Gauge, label `node`: 1 when the node's last call or health reading got an answer, 0 when it
+/// got none (a failed connection, or no answer within the per-node deadline).
 pub const NODE_UP: &str = "redquorum_node_up";
 /// Gauge, label `node`: 1 while the node grants nothing because it lost its data (quarantined,
 /// or not yet marked again; see "Deployment marker and quarantine" in docs/safety.md).
@@ -136,8 +137,10 @@ impl NodeMetrics {
     pub(crate) fn failure(&self, op: Operation, kind: &'static str) {
         metrics::counter!(NODE_ERRORS, "node" => self.node.clone(), "operation" => op.as_str(), "kind" => kind)
             .increment(1);
-        // A timeout may be a slow node rather than a dead one; only a failed connection says down.
-        if kind == "connection" {
+        // No answer, or none in time: the node is down until it answers again (a paused
+        // master keeps its connections, so only its silence says so). A node that answered with
+        // an error is up.
+        if matches!(kind, "connection" | "timeout") {
             self.up.set(0.0);
         }
     }

@@ -705,6 +705,47 @@ async fn readyz_counts_only_masters_whose_votes_count() {
     assert_eq!((status, body["usable"].clone()), (StatusCode::OK, json!(3)));
 }
 
+/// A paused master (its connection open, no answer) is not usable: with a majority paused the
+/// server is not ready, as every acquire then fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_counts_a_silent_master_out() {
+    let nodes = common::nodes(3);
+    let app = app(&nodes, None);
+    let (status, body) = call(&app, "GET", "/readyz", Body::empty(), None).await;
+    assert_eq!((status, body["usable"].clone()), (StatusCode::OK, json!(3)));
+    nodes.pause(1).unwrap();
+    let (status, one_paused) = call(&app, "GET", "/readyz", Body::empty(), None).await;
+    nodes.pause(2).unwrap();
+    let (majority_status, majority_paused) =
+        call(&app, "GET", "/readyz", Body::empty(), None).await;
+    let (acquire_status, acquire) = post(&app, "/v1/locks/paused", json!({})).await;
+    nodes.resume(1).unwrap();
+    nodes.resume(2).unwrap();
+    assert_eq!(
+        (status, one_paused["usable"].clone()),
+        (StatusCode::OK, json!(2)),
+        "{one_paused}"
+    );
+    let silent = &one_paused["nodes"][1];
+    assert_eq!(
+        (silent["reachable"].clone(), silent["usable"].clone()),
+        (json!(false), json!(false)),
+        "{silent}"
+    );
+    assert_eq!(
+        (majority_status, majority_paused["ready"].clone()),
+        (StatusCode::SERVICE_UNAVAILABLE, json!(false)),
+        "{majority_paused}"
+    );
+    assert_eq!(acquire_status, StatusCode::SERVICE_UNAVAILABLE, "{acquire}");
+    let (status, body) = call(&app, "GET", "/readyz", Body::empty(), None).await;
+    assert_eq!(
+        (status, body["usable"].clone()),
+        (StatusCode::OK, json!(3)),
+        "{body}"
+    );
+}
+
 /// JSON has one number type: `10000.0` and `1e4` are the whole number 10000, where `1.5` is
 /// not whole (refused in the bad-input test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -58,4 +58,11 @@ async fn node_gauges_are_read_at_each_scrape() {
     nodes.restart(1).unwrap();
     let text = scrape(&app).await;
     assert_eq!(up(&text, &addrs[1]), Some(1.0), "{text}");
+    // A paused master keeps its connection open and answers nothing: down as well.
+    nodes.pause(2).unwrap();
+    let text = scrape(&app).await;
+    nodes.resume(2).unwrap();
+    assert_eq!(up(&text, &addrs[2]), Some(0.0), "{text}");
+    let text = scrape(&app).await;
+    assert_eq!(up(&text, &addrs[2]), Some(1.0), "{text}");
 }

@@ -263,7 +263,10 @@ impl Cluster {
             .map(|(node, answer)| {
                 let mut report = node.report();
                 if let Some(Err(kind)) = answer {
+                    // Silent or failing now, whatever the stored reading says: a master that
+                    // does not answer casts no vote.
                     report.error = Some(kind.to_string());
+                    report.usable = false;
                 }
                 report
             })
