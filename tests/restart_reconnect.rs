@@ -168,3 +168,54 @@ async fn connect_within(target: &str, limit: Duration) -> Option<TcpStream> {
     }
     None
 }
+
+/// Masters that close idle connections (their `timeout` setting, `CLIENT KILL`) leave the
+/// client's connections to them closed with no call on them to notice. The next call finds
+/// them closed and connects anew before it sends: it used to fail on each such master, and
+/// with an idle timeout every master closes its connections at about the same time. With
+/// quarantine off and on (where a new connection's votes count only once it is read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_masters_closed_while_idle_are_made_anew_before_the_next_call() {
+    let nodes = common::nodes(3);
+    for quarantine in [Duration::ZERO, QUARANTINE] {
+        let client = Client::builder()
+            .nodes(nodes.urls())
+            .quarantine(quarantine)
+            .node_timeout(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        let opts = LockOptions::new(Duration::from_secs(10));
+        let first = format!("idle-first-{}", quarantine.as_millis());
+        client
+            .try_acquire(&first, &opts)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        for i in 0..2 {
+            let killed: i64 = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("TYPE")
+                .arg("normal")
+                .arg("SKIPME")
+                .arg("yes")
+                .query_async(&mut common::raw(&nodes, i).await)
+                .await
+                .unwrap();
+            assert!(
+                killed >= 1,
+                "node {i}: no connection of the client's was open"
+            );
+        }
+        // The masters' FINs reach the client's sockets.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let name = format!("idle-next-{}", quarantine.as_millis());
+        let lock = client
+            .try_acquire(&name, &opts)
+            .await
+            .unwrap_or_else(|e| panic!("quarantine {quarantine:?}: {e}"));
+        assert!(common::token_everywhere(&nodes, &name, lock.token()).await);
+        lock.release().await.unwrap();
+    }
+}

@@ -30,9 +30,15 @@ impl Node {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(link) = slot.as_ref() {
-            if !link.wire.is_broken() {
+            // A master that closed the connection while it was idle would otherwise fail this
+            // call, and with an idle timeout every master does so at once.
+            if !link.wire.is_broken_or_closed() {
                 return (link.id, link.wire.clone());
             }
+            tracing::debug!(
+                node = self.addr,
+                "connection broken or closed by the master; connecting anew"
+            );
             // What was known of the node (its script cache, its health) is for the old
             // connection; the master behind a new one may have restarted.
             self.loaded.store(0, Ordering::Relaxed);

@@ -133,6 +133,12 @@ impl Wire {
         lock(&self.shared).is_broken()
     }
 
+    /// Whether the connection is broken, or was closed by its master while nothing waited on
+    /// it (which breaks it now; see `State::closed_while_idle`).
+    pub(crate) fn is_broken_or_closed(&self) -> bool {
+        with_state(&self.shared, State::closed_while_idle)
+    }
+
     /// Whether the connection is up and logged in.
     pub(crate) fn is_open(&self) -> bool {
         lock(&self.shared).is_open()
