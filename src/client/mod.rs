@@ -303,6 +303,16 @@ impl Client {
         }
     }
 
+    /// Waits until every command this client has sent is answered, or until each node's
+    /// per-node deadline passes. An operation returns once its vote is decided, and the
+    /// commands to the other masters (a release's, a failed attempt's give-back) are still on
+    /// their way, or waiting for a connection still being made: a short-lived process (a
+    /// script, a command-line tool) calls this before it exits, so that they reach every master
+    /// that answers rather than leave a lock's key there until its TTL.
+    pub async fn flush(&self) {
+        self.cluster.flush().await;
+    }
+
     /// Checks every master for what makes quorum locks unsafe or unavailable: reachability,
     /// role (a replica), the same server listed twice, persistence, eviction policy, ACL
     /// permissions, round-trip time, clock offset, and quarantine. Masters are checked in

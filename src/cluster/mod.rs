@@ -228,6 +228,23 @@ impl Cluster {
         self.waiters.subscribe(&self.nodes, patience).await;
     }
 
+    /// Waits, within the per-node deadline, until every node's connection has answered what was
+    /// sent on it (see [`Node::flush`]).
+    pub(crate) async fn flush(self: &Arc<Self>) {
+        let deadline = Instant::now() + self.settings.node_timeout;
+        fan_out(
+            &self.nodes,
+            Operation::Inspect,
+            deadline,
+            |i| {
+                let cluster = self.clone();
+                async move { cluster.nodes[i].flush().await }
+            },
+            |_, _| Decision::Pending,
+        )
+        .await;
+    }
+
     /// Reads every node's health now (uptime, persistence, marker, quarantine), in node order. A node
     /// that cannot be read says why in `NodeHealth::error`.
     pub(crate) async fn node_health(self: &Arc<Self>) -> Vec<NodeHealth> {

@@ -53,6 +53,33 @@ impl Node {
         connected
     }
 
+    /// Waits until the current connection has answered every command sent on it so far (a
+    /// `PING` sent behind them is answered), or breaks; with no connection, at once. The
+    /// answers it reads are handed to their calls, detached or not, as any reader's are.
+    pub(crate) async fn flush(&self) -> Result<(), NodeFailureKind> {
+        let current = {
+            let slot = self
+                .link
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            slot.as_ref()
+                .filter(|link| !link.wire.is_broken())
+                .map(|link| (link.id, link.wire.clone()))
+        };
+        let Some((id, wire)) = current else {
+            return Ok(());
+        };
+        match wire
+            .call(None, 1, |out| {
+                out.extend_from_slice(b"*1\r\n$4\r\nPING\r\n")
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.failed(Operation::Inspect, &e, id)),
+        }
+    }
+
     /// What makes new connections to this node, for those who make their own (the release
     /// subscription).
     pub(crate) fn dialer(&self) -> Dialer {

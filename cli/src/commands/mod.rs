@@ -355,7 +355,7 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             ttl,
             wait,
         } => match nodes.client() {
-            Ok(client) => tools::acquire(&client, &lock, ttl, wait).await,
+            Ok(client) => flushed(&client, tools::acquire(&client, &lock, ttl, wait)).await,
             Err(code) => code,
         },
         Command::Release {
@@ -364,7 +364,7 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             token,
             kind,
         } => match nodes.client() {
-            Ok(client) => tools::release(&client, &lock, &kind, &token).await,
+            Ok(client) => flushed(&client, tools::release(&client, &lock, &kind, &token)).await,
             Err(code) => code,
         },
         Command::Doctor {
@@ -388,13 +388,24 @@ pub(crate) async fn run(cli: Cli) -> ExitCode {
             command,
         } => match (locks.lock_set(), nodes.client()) {
             (Ok(set), Ok(client)) => {
-                run::run(&client, &set, ttl, wait, kill_after, &command, log_format).await
+                let running = run::run(&client, &set, ttl, wait, kill_after, &command, log_format);
+                flushed(&client, running).await
             }
             (Err(message), _) => usage(&message),
             (_, Err(code)) => code,
         },
     };
     ExitCode::from(code)
+}
+
+/// `command`'s exit code, once what it left on its way to the masters has been answered: an
+/// operation returns when its vote is decided, and this process exits right after, before a
+/// release (or a give-back) to the slowest master has gone out on a connection still being
+/// made, which would leave the lock's key there until its TTL.
+async fn flushed(client: &redquorum::Client, command: impl std::future::Future<Output = u8>) -> u8 {
+    let code = command.await;
+    client.flush().await;
+    code
 }
 
 fn usage(message: &str) -> u8 {
