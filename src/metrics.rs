@@ -43,7 +43,9 @@ pub const LOCKS_HELD: &str = "redquorum_locks_held";
 /// got none (a failed connection, or no answer within the per-node deadline).
 pub const NODE_UP: &str = "redquorum_node_up";
 /// Gauge, label `node`: 1 while the node grants nothing because it lost its data (quarantined,
-/// or not yet marked again; see "Deployment marker and quarantine" in docs/safety.md).
+/// or not yet marked again; see "Deployment marker and quarantine" in docs/safety.md). A
+/// reading of every node ([`Client::node_health`](crate::Client::node_health)) sets it to 0 for
+/// the unmarked masters of a new deployment, which the next acquire marks at once.
 pub const NODE_QUARANTINED: &str = "redquorum_node_quarantined";
 /// Gauge, label `node`: 1 when the node keeps every write across a restart (AOF with
 /// `appendfsync always`), 0 when it cannot keep fencing counters.

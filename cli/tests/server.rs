@@ -746,6 +746,52 @@ async fn readyz_counts_a_silent_master_out() {
     );
 }
 
+/// Masters that lost their data (flushed) while the deployment was in use carry no marker: the
+/// next acquire puts them in quarantine, so `/readyz` counts them out already, as doctor does.
+/// With quarantine off they are marked again at once and vote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_counts_out_masters_that_lost_their_data() {
+    let nodes = common::nodes(3);
+    let with_quarantine = Client::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let strict = redquorum_cli::server::app(with_quarantine, AppOptions::default());
+    // A new deployment: every master is marked by the first acquire, none quarantined.
+    let (status, body) = call(&strict, "GET", "/readyz", Body::empty(), None).await;
+    assert_eq!(
+        (status, body["usable"].clone()),
+        (StatusCode::OK, json!(3)),
+        "{body}"
+    );
+    let (status, body) = post(&strict, "/v1/locks/before-the-loss", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for i in 1..3 {
+        let () = redis::cmd("FLUSHALL")
+            .query_async(&mut common::raw(&nodes, i).await)
+            .await
+            .unwrap();
+    }
+    let (status, body) = call(&strict, "GET", "/readyz", Body::empty(), None).await;
+    assert_eq!(
+        (status, body["ready"].clone(), body["usable"].clone()),
+        (StatusCode::SERVICE_UNAVAILABLE, json!(false), json!(1)),
+        "{body}"
+    );
+    // A client with quarantine off counts them: its next acquire would mark them, and they
+    // would vote.
+    let (status, body) = call(&app(&nodes, None), "GET", "/readyz", Body::empty(), None).await;
+    assert_eq!(
+        (status, body["usable"].clone()),
+        (StatusCode::OK, json!(3)),
+        "{body}"
+    );
+    // The acquire finds what /readyz said: it puts them in quarantine, and fails.
+    let (status, body) = post(&strict, "/v1/locks/after-the-loss", json!({})).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+}
+
 /// JSON has one number type: `10000.0` and `1e4` are the whole number 10000, where `1.5` is
 /// not whole (refused in the bad-input test).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,6 +46,13 @@ async fn node_gauges_are_read_at_each_scrape() {
         let gauge = |name: &str| value(&text, &format!(r#"{name}{{node="{node}"}}"#));
         assert_eq!(gauge("redquorum_node_up"), Some(1.0), "{node}: {text}");
         assert_eq!(gauge("redquorum_node_durable"), Some(0.0), "{node}: {text}");
+        // A new deployment's masters carry no marker yet; the first acquire marks them, none
+        // in quarantine.
+        assert_eq!(
+            gauge("redquorum_node_quarantined"),
+            Some(0.0),
+            "{node}: {text}"
+        );
     }
     // A master stopped while no lock is asked for is down at the next scrape.
     nodes.kill(1).unwrap();

@@ -274,7 +274,8 @@ impl Cluster {
             |_, _| Decision::Pending,
         )
         .await;
-        self.nodes
+        let mut reports: Vec<NodeHealth> = self
+            .nodes
             .iter()
             .zip(answers)
             .map(|(node, answer)| {
@@ -287,6 +288,28 @@ impl Cluster {
                 }
                 report
             })
-            .collect()
+            .collect();
+        self.judge_unmarked(&mut reports);
+        reports
+    }
+
+    /// What the next acquire makes of the masters without the deployment's marker (see
+    /// `deployment.rs`), which one master's reading alone cannot tell: where another master
+    /// carries it, they lost their data and are put in quarantine (no vote, unless quarantine
+    /// is off); where none does, the deployment is new and every master is marked at once, none
+    /// in quarantine.
+    fn judge_unmarked(&self, reports: &mut [NodeHealth]) {
+        let in_use = reports.iter().any(|r| r.marked == Some(true));
+        let quarantine_off = self.settings.quarantine == Some(Duration::ZERO);
+        for (node, report) in self.nodes.iter().zip(reports.iter_mut()) {
+            if report.marked != Some(false) {
+                continue;
+            }
+            if in_use {
+                report.usable &= quarantine_off;
+            } else {
+                node.marked_as_new();
+            }
+        }
     }
 }

@@ -159,6 +159,12 @@ impl Node {
             .quarantined(quarantined_for.is_some() || !marked);
     }
 
+    /// The node carries no marker because the deployment is new (no master carries one): the
+    /// next acquire marks it with no quarantine, so it is not counted as quarantined.
+    pub(crate) fn marked_as_new(&self) {
+        self.metrics.quarantined(false);
+    }
+
     /// Reads the node's health now.
     pub(crate) async fn probe(&self) -> std::result::Result<(), NodeFailureKind> {
         let (link, conn) = self.connect();
