@@ -189,6 +189,51 @@ async fn wait_zero_on_a_held_lock_runs_nothing_and_exits_75() {
     lock.release().await.unwrap();
 }
 
+/// SIGTERM while the run waits for a held lock ends the wait: the command is not run, the run
+/// exits 128+15, and once the holder releases, the lock is free (the run left no place in line
+/// to be handed to). Before the run listened for signals only once it held the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_waiting_for_the_lock_gives_up_the_wait() {
+    let nodes = common::nodes(3);
+    let holder = common::client(&nodes);
+    let lock = holder
+        .try_acquire("awaited", &common::opts(10_000))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let child = run(
+        &nodes,
+        "awaited",
+        &["--wait", "20s"],
+        &format!("touch {}", marker.display()),
+    );
+    // Waiting: its place is in the lock's line on the masters.
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            let queued: i64 = redis::cmd("ZCARD")
+                .arg("redquorum:queue:awaited")
+                .query_async(&mut common::raw(&nodes, 0).await)
+                .await
+                .unwrap();
+            queued > 0
+        })
+        .await,
+        "the run never queued for the lock"
+    );
+    send(&child, nix::sys::signal::Signal::SIGTERM);
+    let (status, stderr) = finish(child).await;
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(stderr.contains("before the lock was taken"), "{stderr}");
+    assert!(!marker.exists(), "the command ran");
+    lock.release().await.unwrap();
+    // Nobody took it over: the run left the line.
+    assert!(
+        !common::held(&nodes, "awaited").await,
+        "the lock was handed to the run that gave up"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lock_terminates_the_command_and_exits_76() {
     let mut nodes = common::nodes(3);

@@ -300,3 +300,42 @@ async fn status_and_release_see_the_kind_a_run_holds() {
         );
     }
 }
+
+/// The command releases the run's lock itself (`redquorum release --lock NAME`, one of a
+/// multi-lock's names too) and runs on past several renewals: that is no lost lock, so the
+/// command is not terminated and the run exits with its code. It used to be taken for a loss
+/// (SIGTERM, exit 76), and a multi-lock run's release failed with 64, its token several lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_releases_the_runs_lock_itself_runs_on() {
+    let nodes = common::nodes(3);
+    for locks in [&["given-up"][..], &["given-up:b", "given-up:a"]] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let released = locks[locks.len() - 1];
+        // TTL 600 ms: renewed every 200 ms, so the command outlives several renewals after
+        // its release.
+        let script = format!(
+            "{BIN} release --lock {released}; echo $? > {d}/rc; sleep 1.5; echo done > {d}/done"
+        );
+        let child = run(&nodes, locks, &["--ttl", "600ms"], &script);
+        let (status, stderr) = finish(child).await;
+        let file = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap_or_default();
+        assert_eq!(file("rc").trim(), "0", "{locks:?}: {stderr}");
+        assert_eq!(
+            file("done").trim(),
+            "done",
+            "{locks:?}: terminated: {stderr}"
+        );
+        assert!(status.success(), "{locks:?}: {status:?}: {stderr}");
+        assert!(
+            stderr.contains("released the lock itself"),
+            "{locks:?}: {stderr}"
+        );
+        for name in locks {
+            assert!(
+                !common::held(&nodes, name).await,
+                "{locks:?}: {name} still held"
+            );
+        }
+    }
+}

@@ -6,6 +6,7 @@ mod demo;
 mod doctor;
 mod out;
 mod run;
+mod run_releases;
 mod serve;
 mod stop;
 mod tools;
@@ -464,13 +465,15 @@ REDQUORUM_FENCE (the fencing token, to send with every write to the protected re
 REDQUORUM_OWNER (the owner id: commands under one run count as one holder of its reentrant
 locks; it is a capability, so keep it out of logs) and REDQUORUM_KIND (reentrant, read, write
 or semaphore:P; `redquorum status` and `redquorum release` of a name in REDQUORUM_LOCK default
-to it, so that `redquorum release --lock NAME` inside the command releases the run's lock).
+to it, so that `redquorum release --lock NAME` inside the command releases the run's lock;
+the run, told through the file in REDQUORUM_RUN_RELEASES, lets the command run on without it).
 With several --lock, REDQUORUM_LOCK, REDQUORUM_TOKEN and REDQUORUM_FENCE hold one line per
-lock, in the order they were taken.
+lock, in the order they were taken; `redquorum release --lock NAME` takes NAME's line.
 
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM sent to redquorum are passed on
 to the command (redquorum does not die of them); the lock is released after the command exits,
-and redquorum exits with the command's code. At a terminal, where the command shares the
+and redquorum exits with the command's code. Before the lock is taken, any of them ends the
+wait: the command is not run, and redquorum exits with 128+N. At a terminal, where the command shares the
 terminal's foreground process group, Ctrl-C (SIGINT) and Ctrl-\\ (SIGQUIT) reach the command
 from the terminal itself and are not passed on again (nor is a SIGINT or SIGQUIT sent to
 redquorum alone then). If redquorum itself is killed (SIGKILL), the command's process is

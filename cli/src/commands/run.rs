@@ -12,6 +12,7 @@ use redquorum::{Client, Error, LockGuard, LockKind, LockOptions, MultiGuard, Own
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::run_releases::{RELEASES_ENV, Releases};
 use super::tools::{KIND_ENV, kind_name};
 use super::{
     EXIT_CANNOT_EXECUTE, EXIT_LOCK_LOST, EXIT_NOT_FOUND, EXIT_SOFTWARE, EXIT_TEMPFAIL,
@@ -136,17 +137,37 @@ pub(super) async fn run(
     let name = set.names.join(", ");
     let name = name.as_str();
     let opts = LockOptions::new(ttl).wait(wait).kind(set.kind.clone());
-    let held = match &set.names[..] {
-        [one] => client
-            .acquire_guard(one, &opts, RenewOptions::default())
-            .await
-            .map(Held::One),
-        names => {
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            client
-                .acquire_all_guard(&names, &opts, RenewOptions::default())
+    // Listening before the lock is taken: a signal that came after would end this process by
+    // default and leave the lock held until its TTL; one that comes while the lock is waited
+    // for gives up the wait.
+    let mut signals = match PassedOn::listen() {
+        Ok(signals) => signals,
+        Err(e) => {
+            tracing::error!("cannot listen for signals; the command was not run: {e}");
+            return EXIT_SOFTWARE;
+        }
+    };
+    let acquiring = async {
+        match &set.names[..] {
+            [one] => client
+                .acquire_guard(one, &opts, RenewOptions::default())
                 .await
-                .map(Held::Many)
+                .map(Held::One),
+            names => {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                client
+                    .acquire_all_guard(&names, &opts, RenewOptions::default())
+                    .await
+                    .map(Held::Many)
+            }
+        }
+    };
+    let held = tokio::select! {
+        held = acquiring => held,
+        signal = signals.next() => {
+            // Dropped, the acquire gives back what it got.
+            tracing::error!(lock = name, "{signal} before the lock was taken; the command was not run");
+            return 128 + signal as u8;
         }
     };
     let guard = match held {
@@ -180,10 +201,19 @@ pub(super) async fn run(
         Some(split) => split,
         None => return EXIT_SOFTWARE,
     };
+    let releases = match Releases::create() {
+        Ok(releases) => releases,
+        Err(e) => {
+            tracing::error!("cannot make the run's file of releases; the command was not run: {e}");
+            release(guard, name).await;
+            return EXIT_SOFTWARE;
+        }
+    };
     let mut cmd = command_under_parent(program, args, log_format);
     cmd.envs(guard.env())
         .env("REDQUORUM_OWNER", set.owner.id())
-        .env(KIND_ENV, kind_name(&set.kind));
+        .env(KIND_ENV, kind_name(&set.kind))
+        .env(RELEASES_ENV, releases.path());
     // In the foreground of a terminal the command must stay in our process group, the
     // terminal's foreground group, to read and write the terminal; elsewhere (cron, CI, in
     // the background) it gets a group of its own, so that signals reach all of its processes.
@@ -191,17 +221,6 @@ pub(super) async fn run(
     if own_group {
         cmd.process_group(0);
     }
-    // Listening before the command starts: a signal that came between its start and our
-    // listening would end this process by default and leave the command running on its own,
-    // with the lock held until its TTL and then not at all.
-    let mut signals = match PassedOn::listen() {
-        Ok(signals) => signals,
-        Err(e) => {
-            tracing::error!("cannot listen for signals; the command was not run: {e}");
-            release(guard, name).await;
-            return EXIT_SOFTWARE;
-        }
-    };
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -225,6 +244,8 @@ pub(super) async fn run(
         .and_then(|pid| i32::try_from(pid).ok())
         .map(|pid| if own_group { -pid } else { pid });
 
+    // A lock the command released itself, once the run has found it gone.
+    let mut given_up: Option<&str> = None;
     let code = loop {
         tokio::select! {
             status = child.wait() => break match status {
@@ -234,7 +255,12 @@ pub(super) async fn run(
                     EXIT_SOFTWARE
                 }
             },
-            () = guard.lost() => {
+            () = guard.lost(), if given_up.is_none() => {
+                if let Some(released) = releases.released(&set.names) {
+                    tracing::info!(lock = released, "the command released the lock itself; it runs on without it");
+                    given_up = Some(released);
+                    continue;
+                }
                 tracing::error!(lock = name, "the lock was lost while the command ran; terminating the command");
                 terminate(&mut child, target, kill_after).await;
                 break EXIT_LOCK_LOST;
@@ -250,7 +276,18 @@ pub(super) async fn run(
             }
         }
     };
-    release(guard, name).await;
+    match given_up {
+        // Those it did not release are still held (a multi-lock's other names).
+        Some(_) => {
+            if let Err(e) = guard.release().await {
+                tracing::debug!(
+                    lock = name,
+                    "the rest of the release after the command's own: {e}"
+                );
+            }
+        }
+        None => release(guard, name).await,
+    }
     code
 }
 

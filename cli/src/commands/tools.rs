@@ -160,6 +160,11 @@ pub(super) async fn release(client: &Client, name: &str, kind: &KindArgs, token:
         Ok(kind) => kind.unwrap_or(LockKind::Mutex),
         Err(message) => return usage(&message),
     };
+    let token = match token_of(name, token) {
+        Ok(token) => token,
+        Err(message) => return usage(&message),
+    };
+    super::run_releases::tell_run(name, token);
     match client.release_token_as(name, &kind, token).await {
         Ok(()) => {
             tracing::info!(lock = name, kind = kind.as_str(), "released");
@@ -170,6 +175,26 @@ pub(super) async fn release(client: &Client, name: &str, kind: &KindArgs, token:
             exit_code(&e)
         }
     }
+}
+
+/// The token for `name`: `token` itself, or, when it is a multi-lock run's `REDQUORUM_TOKEN`
+/// (one line per lock, in the order of `REDQUORUM_LOCK`'s names), the line of `name`'s.
+fn token_of<'t>(name: &str, token: &'t str) -> Result<&'t str, String> {
+    if !token.contains('\n') {
+        return Ok(token);
+    }
+    let names = std::env::var("REDQUORUM_LOCK").unwrap_or_default();
+    let from_run = std::env::var("REDQUORUM_TOKEN").is_ok_and(|run_tokens| run_tokens == token);
+    names
+        .lines()
+        .position(|held| held == name)
+        .filter(|_| from_run)
+        .and_then(|line| token.lines().nth(line))
+        .ok_or_else(|| {
+            format!(
+                "the token has several lines (a multi-lock run's REDQUORUM_TOKEN) and {name:?} is not one of the run's names in REDQUORUM_LOCK; give --lock one of them, or --token one line"
+            )
+        })
 }
 
 pub(super) async fn status(client: &Client, name: &str, kind: &KindArgs) -> u8 {

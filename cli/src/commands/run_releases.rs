@@ -1,0 +1,83 @@
+//! How a run's command tells the run that it released one of the run's locks itself
+//! (`redquorum release --lock NAME` inside the command): a file, named in the command's
+//! environment, to which the release adds the name before it releases. The run reads it when
+//! it finds a lock gone: a lock its command gave up is not a lost one, and the command is not
+//! terminated for it.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The environment variable naming the file, set by `run` for its command.
+pub(super) const RELEASES_ENV: &str = "REDQUORUM_RUN_RELEASES";
+
+/// The file of one run, removed when the run ends.
+pub(super) struct Releases {
+    path: PathBuf,
+}
+
+impl Releases {
+    /// A new, empty file that only this user may read or write.
+    pub(super) fn create() -> std::io::Result<Self> {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "redquorum-run-{}-{stamp}.releases",
+            std::process::id()
+        ));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        Ok(Releases { path })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The first of `names` that the command said it released, if any.
+    pub(super) fn released<'n>(&self, names: &'n [String]) -> Option<&'n str> {
+        let said = std::fs::read_to_string(&self.path).ok()?;
+        names
+            .iter()
+            .find(|name| said.lines().any(|line| line == name.as_str()))
+            .map(String::as_str)
+    }
+}
+
+impl Drop for Releases {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Inside a run's command, before the release of `name` with `token`: tells the run, when
+/// they are one of its locks and its token for it. Names are one per line: a name with a line
+/// break in it is not told (the run then takes its release for a loss, as before).
+pub(super) fn tell_run(name: &str, token: &str) {
+    let Some(path) = std::env::var_os(RELEASES_ENV) else {
+        return;
+    };
+    let names = std::env::var("REDQUORUM_LOCK").unwrap_or_default();
+    let tokens = std::env::var("REDQUORUM_TOKEN").unwrap_or_default();
+    let runs_own = names
+        .lines()
+        .zip(tokens.lines())
+        .any(|(held, held_token)| held == name && held_token == token);
+    if !runs_own || name.contains('\n') {
+        return;
+    }
+    let told = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(format!("{name}\n").as_bytes()));
+    if let Err(e) = told {
+        tracing::warn!(
+            lock = name,
+            "could not tell the run that its command releases this lock (it will take it for lost): {e}"
+        );
+    }
+}
