@@ -614,6 +614,35 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_percent_without_two_hex_digits_is_an_invalid_name_on_every_route() {
+    let nodes = common::nodes(3);
+    let app = app(&nodes, None);
+    for bad in ["%2", "a%", "%zz", "%%41", "x%2Fy%"] {
+        for (method, suffix) in [
+            ("POST", ""),
+            ("GET", ""),
+            ("POST", "/extend"),
+            ("POST", "/release"),
+            ("POST", "/session"),
+        ] {
+            let uri = format!("/v1/locks/{bad}{suffix}");
+            let (status, answer) = call(&app, method, &uri, "{}", None).await;
+            assert_eq!(
+                (status, &answer["error"]),
+                (StatusCode::BAD_REQUEST, &json!("invalid_name")),
+                "{method} {uri}: {answer}"
+            );
+        }
+    }
+    // No lock "%2" was taken above: `%252` is its one spelling, and finds it free.
+    let (status, body) = post(&app, "/v1/locks/%252", json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["name"], "%2");
+    let (status, body) = post(&app, "/v1/locks/%252", json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bearer_token_guards_the_api_but_not_the_probes() {
     let nodes = common::nodes(3);
     let app = app(&nodes, Some("s3cret-token\n"));

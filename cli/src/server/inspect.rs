@@ -2,15 +2,14 @@
 //! never a holder's token.
 
 use axum::Json;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use redquorum::{Client, LockKind, NodeLockState, Owner};
 use serde_json::{Map, Value, json};
 
 use super::AppState;
 use super::error::ApiError;
 use super::kind::{OwnerUse, kind_fields, request_kind};
-use super::routes::lock_name;
+use super::routes::{PathName, lock_name};
 use super::units::millis_of;
 
 /// The query parameters inspect takes.
@@ -19,7 +18,7 @@ const PARAMS: [&str; 3] = ["kind", "permits", "owner"];
 /// `GET /v1/locks/{name}?kind=...&permits=...`: held or not, and each node's view.
 pub(crate) async fn inspect(
     State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
+    path: PathName,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;

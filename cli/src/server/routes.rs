@@ -1,13 +1,14 @@
 //! The lock API's handlers: acquire, extend and release of a lock of any kind, the deployment
 //! check, and the health probes.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use axum::Json;
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
@@ -22,13 +23,52 @@ use redquorum::{DoctorReport, Lock, LockKind, LockOptions, Problem};
 /// Longest wait one HTTP request may ask for: 10 min. Longer waits belong in a retry loop.
 pub const MAX_HTTP_WAIT: Duration = Duration::from_secs(600);
 
-/// The lock name from the path, percent-decoded.
-pub(crate) fn lock_name(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
-    path.map(|Path(name)| name).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_name",
-            format!("the lock name in the path is not valid: {e}"),
-        )
+/// The lock name from the path, percent-decoded, or why the path holds no valid name. It is
+/// an extractor that never refuses, read by the handler after the body, so that a refused
+/// name leaves the body read and the connection usable.
+pub(crate) struct PathName(Result<String, ApiError>);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathName {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Infallible> {
+        // The routes with a name have no other segment that may hold a `%`, so the path's
+        // escapes are the name's. Axum decodes a `%` without two hex digits after it as
+        // itself: `%2` would be the name `%2`, which `%252` names too.
+        if has_malformed_escape(parts.uri.path()) {
+            return Ok(PathName(Err(ApiError::bad_request(
+                "invalid_name",
+                "the lock name in the path is not valid percent-encoding: each `%` must be \
+                 followed by two hex digits (a `%` in a name is written `%25`)",
+            ))));
+        }
+        let name = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(name)| name)
+            .map_err(|e| {
+                ApiError::bad_request(
+                    "invalid_name",
+                    format!("the lock name in the path is not valid: {e}"),
+                )
+            });
+        Ok(PathName(name))
+    }
+}
+
+/// The lock name, or the error that refuses it.
+pub(crate) fn lock_name(path: PathName) -> Result<String, ApiError> {
+    path.0
+}
+
+/// Whether a `%` in `path` is not followed by two hex digits.
+fn has_malformed_escape(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    bytes.iter().enumerate().any(|(i, &b)| {
+        b == b'%'
+            && !matches!(
+                bytes.get(i + 1..i + 3),
+                Some([high, low]) if high.is_ascii_hexdigit() && low.is_ascii_hexdigit()
+            )
     })
 }
 
@@ -157,7 +197,7 @@ pub(crate) fn owner_to_log(kind: &RequestKind) -> &str {
 /// `POST /v1/locks/{name}`: take a lock of any kind, waiting up to `wait_ms`.
 pub(crate) async fn acquire(
     State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
+    path: PathName,
     body: Fields,
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;
@@ -182,7 +222,7 @@ fn kind_and_token(body: &Fields) -> Result<(LockKind, String), ApiError> {
 /// `POST /v1/locks/{name}/extend`: set a new TTL with the holder's token.
 pub(crate) async fn extend(
     State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
+    path: PathName,
     body: Fields,
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;
@@ -207,7 +247,7 @@ pub(crate) async fn extend(
 /// token.
 pub(crate) async fn release(
     State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
+    path: PathName,
     body: Fields,
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;

@@ -8,8 +8,7 @@
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -20,7 +19,7 @@ use super::error::ApiError;
 use super::http_metrics::SESSIONS_OPEN;
 use super::request::Fields;
 use super::routes::{
-    ACQUIRE_FIELDS, acquire_params, expires_at, lock_json, lock_name, owner_to_log,
+    ACQUIRE_FIELDS, PathName, acquire_params, expires_at, lock_json, lock_name, owner_to_log,
     unless_shutting_down,
 };
 use super::units::millis_of;
@@ -30,7 +29,7 @@ use redquorum::{LockGuard, LockState, RenewOptions};
 /// while the server renews the lock, until the client disconnects or the lock is lost.
 pub(crate) async fn session(
     State(state): State<AppState>,
-    path: Result<Path<String>, PathRejection>,
+    path: PathName,
     body: Fields,
 ) -> Result<Response, ApiError> {
     let name = lock_name(path)?;
