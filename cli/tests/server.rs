@@ -320,6 +320,35 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
     let huge_body = format!("{{\"owner\": \"{}\"}}", "x".repeat(20_000));
     let cases: Vec<(&str, String, String, u16, &str)> = vec![
         ("POST", "/v1/locks/".into(), "{}".into(), 404, "not_found"),
+        // An empty name is refused before the body's fields are looked at.
+        (
+            "POST",
+            "/v1/locks//extend".into(),
+            "{}".into(),
+            400,
+            "invalid_name",
+        ),
+        (
+            "POST",
+            "/v1/locks//extend".into(),
+            r#"{"token": 12, "ttl_ms": 0}"#.into(),
+            400,
+            "invalid_name",
+        ),
+        (
+            "POST",
+            "/v1/locks//release".into(),
+            "{}".into(),
+            400,
+            "invalid_name",
+        ),
+        (
+            "POST",
+            "/v1/locks//session".into(),
+            r#"{"ttl_ms": 5}"#.into(),
+            400,
+            "invalid_name",
+        ),
         (
             "POST",
             format!("/v1/locks/{long_name}"),
