@@ -1,7 +1,7 @@
 //! How the coordinator treats its connections, on a real socket against real redis-server
 //! processes: idle, silent and slow clients are closed after the idle timeout while requests
-//! under way outlive it, and a shutdown answers waiting acquires at once and closes what is
-//! still busy after its grace.
+//! under way outlive it, a body declared over the limit is refused before it is sent, and a
+//! shutdown answers waiting acquires at once and closes what is still busy after its grace.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
@@ -205,6 +205,95 @@ async fn requests_under_way_outlive_the_idle_timeout() {
         "after waiting longer than the idle timeout: {body}"
     );
     drop(session);
+    stop.cancel();
+    stopped_within_5_s(task).await;
+}
+
+/// The first answer `conn` gets, head and JSON body, read for at most `limit`; panics with
+/// what came if no whole answer did.
+async fn answer_within(conn: &mut TcpStream, limit: Duration) -> String {
+    let mut answer = Vec::new();
+    let reading = async {
+        let mut chunk = [0u8; 4096];
+        while !answer.ends_with(b"}") {
+            match conn.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&chunk[..n]),
+            }
+        }
+    };
+    let finished = tokio::time::timeout(limit, reading).await.is_ok();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    assert!(
+        finished && answer.ends_with('}'),
+        "no whole answer within {limit:?}: {answer:?}"
+    );
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_declared_over_the_limit_is_refused_before_it_is_sent() {
+    let nodes = common::nodes(3);
+    // The default idle timeout (75 s): a refusal that waited for the body would come after it.
+    let (addr, stop, task) =
+        http_common::spawn_server(common::patient_client(&nodes), ConnectionLimits::default())
+            .await;
+    let too_large = redquorum_cli::server::MAX_BODY_BYTES + 1;
+    // Asked to confirm first: refused without `100 Continue`, so the body is never sent.
+    let mut expecting = TcpStream::connect(addr).await.unwrap();
+    expecting
+        .write_all(
+            format!(
+                "POST /v1/locks/big HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {too_large}\r\nExpect: 100-continue\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let answer = answer_within(&mut expecting, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(!answer.contains("100 Continue"), "{answer}");
+    assert!(answer.contains(r#""error":"body_too_large""#), "{answer}");
+    // The body that was declared is not waited for: the connection ends with the answer.
+    let after = read_until_closed(&mut expecting, Duration::from_secs(5)).await;
+    assert_eq!(after.as_deref(), Some(""), "open after the refusal");
+    // Not asked to confirm, and sending the start of the body only: refused at once too.
+    let mut sending = TcpStream::connect(addr).await.unwrap();
+    sending
+        .write_all(
+            format!(
+                "POST /v1/locks/big/session HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {too_large}\r\n\r\n{{\"ttl_ms\": 10000,   "
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let answer = answer_within(&mut sending, Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains(r#""error":"body_too_large""#), "{answer}");
+    let after = read_until_closed(&mut sending, Duration::from_secs(5)).await;
+    assert_eq!(after.as_deref(), Some(""), "open after the refusal");
+    assert_eq!(common::nodes_holding(&nodes, "big").await, 0);
+    // A body of the limit itself is read and served.
+    let fields = r#"{"ttl_ms": 10000}"#;
+    let body = format!(
+        "{fields}{}",
+        " ".repeat(redquorum_cli::server::MAX_BODY_BYTES - fields.len())
+    );
+    let mut at_limit = TcpStream::connect(addr).await.unwrap();
+    at_limit
+        .write_all(
+            format!(
+                "POST /v1/locks/big HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let answer = answer_within(&mut at_limit, Duration::from_secs(5)).await;
+    assert!(answer.contains("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""name":"big""#), "{answer}");
     stop.cancel();
     stopped_within_5_s(task).await;
 }

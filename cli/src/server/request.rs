@@ -3,6 +3,7 @@
 //! refused.
 
 use axum::extract::{FromRequest, Request};
+use axum::http::header;
 use serde_json::{Map, Value};
 
 use super::DEFAULT_IDLE_TIMEOUT;
@@ -31,6 +32,18 @@ impl<S: Send + Sync> FromRequest<S> for Fields {
             .extensions()
             .get::<BodyTimeout>()
             .map_or(DEFAULT_IDLE_TIMEOUT, |t| t.0);
+        // A body declared too large is refused before any of it is read: hyper sends the
+        // `100 Continue` a client may have asked for when the body is first read, which would
+        // tell the client to send a body that is refused anyway, and a client that does not
+        // send it would be answered only at the body timeout.
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+            return Err(too_large());
+        }
         // Without a limit, a client sending its body slowly holds its connection, and a
         // shutdown, for as long as it likes.
         let reading = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
@@ -46,13 +59,7 @@ impl<S: Send + Sync> FromRequest<S> for Fields {
                     ),
                 )
             })?
-            .map_err(|_| {
-                ApiError::new(
-                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
-                    format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
-                )
-            })?;
+            .map_err(|_| too_large())?;
         // Refused after the body is read, so that the connection stays usable. A field given
         // in the query would otherwise be ignored, and `?ttl_ms=100` take a lock of the default
         // TTL without a word.
@@ -83,6 +90,15 @@ impl<S: Send + Sync> FromRequest<S> for Fields {
             )),
         }
     }
+}
+
+/// A body over [`MAX_BODY_BYTES`], declared so or sent.
+fn too_large() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+    )
 }
 
 impl Fields {
