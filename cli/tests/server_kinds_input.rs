@@ -1,5 +1,6 @@
 //! Bad input about lock kinds over HTTP: each case gets its 400 and its code, and changes
-//! nothing on the real redis-server processes behind the coordinator.
+//! nothing on the real redis-server processes behind the coordinator; a release by a token that
+//! holds nothing is refused while another holds the lock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
@@ -241,5 +242,73 @@ async fn bad_kinds_permits_owners_and_tokens_get_400_and_change_nothing() {
     ] {
         let answer = post(&app, route, body).await;
         assert_eq!(answer.0, StatusCode::OK, "{route}: {}", answer.1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_by_a_token_that_holds_nothing_is_not_held_while_another_holds_the_lock() {
+    let nodes = common::nodes(3);
+    let app = app(marked_client(&nodes).await);
+    for (kind, key) in [
+        (json!({"kind": "read"}), "redquorum:rw:lock:held"),
+        (json!({"kind": "write"}), "redquorum:rw:lock:held"),
+        (
+            json!({"kind": "semaphore", "permits": 2}),
+            "redquorum:sem:lock:held",
+        ),
+    ] {
+        let with = |extra: Value| {
+            let mut body = kind.clone();
+            for (k, v) in extra.as_object().unwrap() {
+                body[k] = v.clone();
+            }
+            body
+        };
+        // A token of the kind that holds nothing: released already, on another name.
+        let stale = token(&post(&app, "/v1/locks/elsewhere", with(json!({}))).await);
+        let released = post(
+            &app,
+            "/v1/locks/elsewhere/release",
+            with(json!({"token": stale})),
+        )
+        .await;
+        assert_eq!(released.0, StatusCode::OK, "{kind}: {}", released.1);
+        let holder = token(&post(&app, "/v1/locks/held", with(json!({"ttl_ms": 30_000}))).await);
+        let snapshot = || async {
+            let mut seen = Vec::new();
+            for i in 0..3 {
+                seen.push(members(&nodes, i, key).await);
+            }
+            seen
+        };
+        let before = settled(snapshot).await;
+        let refused = post(
+            &app,
+            "/v1/locks/held/release",
+            with(json!({"token": stale})),
+        )
+        .await;
+        assert_eq!(error(&refused), (409, "not_held"), "{kind}: {}", refused.1);
+        assert_eq!(
+            snapshot().await,
+            before,
+            "{kind}: the refused release changed the masters"
+        );
+        let released = post(
+            &app,
+            "/v1/locks/held/release",
+            with(json!({"token": holder})),
+        )
+        .await;
+        assert_eq!(released.0, StatusCode::OK, "{kind}: {}", released.1);
+        // Nobody holds the lock now: the same token's release is answered released.
+        let free = post(
+            &app,
+            "/v1/locks/held/release",
+            with(json!({"token": stale})),
+        )
+        .await;
+        assert_eq!(free.0, StatusCode::OK, "{kind}: {}", free.1);
+        assert_eq!(free.1["released"], true, "{kind}: {}", free.1);
     }
 }
