@@ -1,5 +1,6 @@
 //! Multi-locks over HTTP against real redis-server processes: all or nothing, one fence per
-//! name, extended and released as a set, of any kind; bad input changes nothing.
+//! name, extended and released as a set, of any kind; a name given twice counts once toward the
+//! limit; bad input changes nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
@@ -215,4 +216,33 @@ async fn multi_locks_of_other_kinds_and_bad_input() {
     assert_eq!(released.0, StatusCode::OK, "{}", released.1);
     let hold = token(&post(&app, "/v1/locks/x", json!({"kind": "read"})).await);
     assert!(hold.starts_with("read:"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_given_more_than_once_count_once_toward_the_limit() {
+    let nodes = common::nodes(3);
+    let app = app(marked_client(&nodes).await);
+    // 65 copies of one name: one name.
+    let copies = post(&app, "/v1/multi", json!({"names": vec!["dup"; 65]})).await;
+    assert_eq!(copies.0, StatusCode::OK, "{}", copies.1);
+    assert_eq!(copies.1["names"], json!(["dup"]));
+    assert!(
+        common::token_on_quorum(&nodes, "dup", copies.1["tokens"]["dup"].as_str().unwrap()).await
+    );
+    // The limit's 64 distinct names, with more copies of some: taken, each once.
+    let mut names: Vec<String> = (0..64).map(|i| format!("n{i:02}")).collect();
+    names.extend((0..10).map(|i| format!("n{i:02}")));
+    let many = post(&app, "/v1/multi", json!({"names": names})).await;
+    assert_eq!(many.0, StatusCode::OK, "{}", many.1);
+    assert_eq!(many.1["names"].as_array().unwrap().len(), 64);
+    assert_eq!(many.1["tokens"].as_object().unwrap().len(), 64);
+    // One more distinct name is over the limit, copies or not.
+    names.push("n64".to_owned());
+    let over = post(&app, "/v1/multi", json!({"names": names})).await;
+    assert_eq!(error(&over), (400, "invalid_names"), "{}", over.1);
+    assert_eq!(common::nodes_holding(&nodes, "n64").await, 0);
+    for set in [&copies.1, &many.1] {
+        let released = post(&app, "/v1/multi/release", json!({"tokens": set["tokens"]})).await;
+        assert_eq!(released.0, StatusCode::OK, "{}", released.1);
+    }
 }

@@ -187,7 +187,8 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for no names, more than
-    /// [`limits::MAX_MULTI_NAMES`](crate::config::limits::MAX_MULTI_NAMES), or a bad name or
+    /// [`limits::MAX_MULTI_NAMES`](crate::config::limits::MAX_MULTI_NAMES) distinct ones (a
+    /// name given twice counts once), or a bad name or
     /// option (no node is contacted); otherwise the error of the name that could not be had,
     /// as [`Client::acquire`], or [`Error::Timeout`] when the names were all taken too late to
     /// leave the minimum validity.

@@ -199,22 +199,23 @@ fn ordered<'n>(names: &[&'n str]) -> Result<Vec<&'n str>> {
             "a multi-lock needs at least one name",
         ));
     }
+    let mut names = names.to_vec();
+    names.sort_unstable();
+    names.dedup();
+    // Counted once deduplicated: a name given twice is taken once, and costs the masters once.
     if names.len() > limits::MAX_MULTI_NAMES {
         return Err(Error::invalid(
             "names",
             format!(
-                "{} names; a multi-lock takes at most {}",
+                "{} distinct names; a multi-lock takes at most {}",
                 names.len(),
                 limits::MAX_MULTI_NAMES
             ),
         ));
     }
-    for name in names {
+    for name in &names {
         validate_name(name)?;
     }
-    let mut names = names.to_vec();
-    names.sort_unstable();
-    names.dedup();
     Ok(names)
 }
 
@@ -258,5 +259,8 @@ mod tests {
             .collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
         assert!(ordered(&many).is_err());
+        // The limit counts names, not copies.
+        let copies = vec!["same"; limits::MAX_MULTI_NAMES + 1];
+        assert_eq!(ordered(&copies).unwrap(), vec!["same"]);
     }
 }
