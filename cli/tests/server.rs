@@ -342,6 +342,14 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
             400,
             "invalid_name",
         ),
+        // So is a name too long.
+        (
+            "POST",
+            format!("/v1/locks/{long_name}/extend"),
+            "{}".into(),
+            400,
+            "invalid_name",
+        ),
         (
             "POST",
             "/v1/locks//session".into(),

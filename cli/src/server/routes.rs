@@ -17,7 +17,7 @@ use super::error::ApiError;
 use super::kind::{OwnerUse, RequestKind, inward, kind_fields, outward, request_kind};
 use super::request::Fields;
 use super::units::millis_of;
-use redquorum::config::defaults;
+use redquorum::config::{defaults, limits};
 use redquorum::{DoctorReport, Lock, LockKind, LockOptions, Problem};
 
 /// Longest wait one HTTP request may ask for: 10 min. Longer waits belong in a retry loop.
@@ -59,6 +59,15 @@ impl<S: Send + Sync> FromRequestParts<S> for PathName {
                     Err(ApiError::bad_request(
                         "invalid_name",
                         "the lock name in the path is empty; put it between /v1/locks/ and the route",
+                    ))
+                } else if name.len() > limits::MAX_NAME_BYTES {
+                    Err(ApiError::bad_request(
+                        "invalid_name",
+                        format!(
+                            "the lock name is {} bytes; at most {} are allowed",
+                            name.len(),
+                            limits::MAX_NAME_BYTES
+                        ),
                     ))
                 } else {
                     Ok(name)
