@@ -969,6 +969,13 @@ async fn a_session_says_lost_when_a_majority_dies() {
     })
     .await;
     assert!(events.iter().any(|e| e["event"] == "lost"), "{events:?}");
+    // `suspect` says the lock is still valid: never with no validity left.
+    assert!(
+        events
+            .iter()
+            .all(|e| e["event"] != "suspect" || e["validity_ms"].as_u64() > Some(0)),
+        "{events:?}"
+    );
     assert!(
         killed.elapsed() < Duration::from_millis(900),
         "lost reported after {:?}",

@@ -135,7 +135,15 @@ async fn run(
                         tracing::warn!(lock = ?name, "session lock lost");
                         return;
                     }
-                    LockState::Suspect => json!({"event": "suspect", "validity_ms": millis_of(watch.remaining())}),
+                    LockState::Suspect => {
+                        let validity_ms = millis_of(watch.remaining());
+                        // With no validity left the lock is as good as lost, and `lost`
+                        // follows: `suspect` says that the lock is still valid.
+                        if validity_ms == 0 {
+                            continue;
+                        }
+                        json!({"event": "suspect", "validity_ms": validity_ms})
+                    }
                     _ if status.renewals > renewals => {
                         renewals = status.renewals;
                         json!({
