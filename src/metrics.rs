@@ -3,7 +3,9 @@
 //! Every name starts with `redquorum_` and carries its unit; labels are bounded (operation,
 //! outcome, node address, error kind, lock kind), never a lock name. Handles are looked up when a client
 //! is built, so install a recorder (for example `metrics-exporter-prometheus`) before building
-//! the [`Client`](crate::Client) whose metrics it should see.
+//! the [`Client`](crate::Client) whose metrics it should see. Building a client also creates
+//! the counters whose labels are known beforehand at 0 (see `create_counters`), so that a
+//! counter's first event shows in Prometheus' `increase()` and `rate()`.
 
 use metrics::{Gauge, Histogram, Unit};
 
@@ -87,6 +89,48 @@ pub fn describe() {
     );
 }
 
+/// The `kind` label of the per-lock metrics: every [`LockKind::as_str`].
+const LOCK_KINDS: [&str; 5] = ["mutex", "reentrant", "read", "write", "semaphore"];
+/// The `outcome` label of [`EXTENSIONS`], as [`extension`] is called with.
+const EXTENSION_OUTCOMES: [&str; 3] = ["extended", "lost", "unavailable"];
+/// The `outcome` label of [`RELEASES`], as [`release`] is called with.
+const RELEASE_OUTCOMES: [&str; 3] = ["released", "not_held", "unavailable"];
+/// The `outcome` label of [`RENEWALS`], as [`renewal`] is called with.
+const RENEWAL_OUTCOMES: [&str; 4] = ["renewed", "failed", "lost", "limit"];
+/// The `outcome` label of [`HANDOVERS`], as [`handover`] is called with.
+const HANDOVER_OUTCOMES: [&str; 3] = ["taken", "adopted", "given_back"];
+/// The `kind`s of [`NODE_ERRORS`] that an outage brings: created at 0 with each node, so that
+/// the first one shows. The others (a server's error reply, a quarantined master) appear
+/// when they first happen.
+const NODE_OUTAGE_KINDS: [&str; 2] = ["timeout", "connection"];
+
+/// Creates the counters whose labels are all known beforehand, at 0, when a client is built.
+///
+/// A counter series exists only once it is touched, and Prometheus' `increase()` and `rate()`
+/// need a sample before an event to see it: without this, the first lost lock or the first
+/// quorum failure of a process would count for nothing on a dashboard. A few dozen series,
+/// once per client; touching one that exists already leaves its value as it is.
+pub(crate) fn create_counters() {
+    for kind in LOCK_KINDS {
+        metrics::counter!(LOCKS_LOST, "kind" => kind).increment(0);
+        for outcome in EXTENSION_OUTCOMES {
+            metrics::counter!(EXTENSIONS, "kind" => kind, "outcome" => outcome).increment(0);
+        }
+        for outcome in RELEASE_OUTCOMES {
+            metrics::counter!(RELEASES, "kind" => kind, "outcome" => outcome).increment(0);
+        }
+        for outcome in RENEWAL_OUTCOMES {
+            metrics::counter!(RENEWALS, "kind" => kind, "outcome" => outcome).increment(0);
+        }
+    }
+    for op in OPERATIONS {
+        metrics::counter!(QUORUM_FAILURES, "operation" => op.as_str()).increment(0);
+    }
+    for outcome in HANDOVER_OUTCOMES {
+        metrics::counter!(HANDOVERS, "outcome" => outcome).increment(0);
+    }
+}
+
 const OPERATIONS: [Operation; 4] = [
     Operation::Acquire,
     Operation::Extend,
@@ -109,6 +153,13 @@ impl NodeMetrics {
         let durations = OPERATIONS.map(|op| {
             metrics::histogram!(NODE_REQUEST_DURATION, "node" => node.to_owned(), "operation" => op.as_str())
         });
+        // Created at 0, so that the first outage shows (see `create_counters`).
+        for op in OPERATIONS {
+            for kind in NODE_OUTAGE_KINDS {
+                metrics::counter!(NODE_ERRORS, "node" => node.to_owned(), "operation" => op.as_str(), "kind" => kind)
+                    .increment(0);
+            }
+        }
         NodeMetrics {
             node: node.to_owned(),
             durations,
@@ -203,4 +254,23 @@ impl Drop for HeldGauge {
 
 pub(crate) fn renewal(kind: &LockKind, outcome: &'static str) {
     metrics::counter!(RENEWALS, "kind" => kind.as_str(), "outcome" => outcome).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Owner;
+
+    #[test]
+    fn every_lock_kind_has_its_counters_created() {
+        let kinds = [
+            LockKind::Mutex,
+            LockKind::Reentrant(Owner::from_id("owner").unwrap()),
+            LockKind::Read,
+            LockKind::Write,
+            LockKind::semaphore(2),
+        ];
+        let named: Vec<&str> = kinds.iter().map(LockKind::as_str).collect();
+        assert_eq!(named, LOCK_KINDS);
+    }
 }

@@ -1,5 +1,6 @@
 //! `/metrics` on a coordinator with no lock traffic: the node gauges say how the masters are at
-//! the scrape. In a file of its own because the Prometheus recorder is global to the process.
+//! the scrape, and the counters whose labels are known are there at 0. In a file of its own
+//! because the Prometheus recorder is global to the process.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
@@ -53,6 +54,50 @@ async fn node_gauges_are_read_at_each_scrape() {
             Some(0.0),
             "{node}: {text}"
         );
+    }
+    // The counters whose labels are known are there from the start, at 0, so that
+    // Prometheus' increase() and rate() see their first event: a lost lock, an operation
+    // without a quorum, a master's first outage, a first hand-over.
+    let kinds = ["mutex", "reentrant", "read", "write", "semaphore"];
+    let operations = ["acquire", "extend", "release", "inspect"];
+    let mut zeros = Vec::new();
+    for kind in kinds {
+        zeros.push(format!(r#"redquorum_locks_lost_total{{kind="{kind}"}} "#));
+        for outcome in ["extended", "lost", "unavailable"] {
+            zeros.push(format!(
+                r#"redquorum_extensions_total{{kind="{kind}",outcome="{outcome}"}} "#
+            ));
+        }
+        for outcome in ["released", "not_held", "unavailable"] {
+            zeros.push(format!(
+                r#"redquorum_releases_total{{kind="{kind}",outcome="{outcome}"}} "#
+            ));
+        }
+        for outcome in ["renewed", "failed", "lost", "limit"] {
+            zeros.push(format!(
+                r#"redquorum_renewals_total{{kind="{kind}",outcome="{outcome}"}} "#
+            ));
+        }
+    }
+    for operation in operations {
+        zeros.push(format!(
+            r#"redquorum_quorum_failures_total{{operation="{operation}"}} "#
+        ));
+        for node in &addrs {
+            for kind in ["timeout", "connection"] {
+                zeros.push(format!(
+                    r#"redquorum_node_errors_total{{node="{node}",operation="{operation}",kind="{kind}"}} "#
+                ));
+            }
+        }
+    }
+    for outcome in ["taken", "adopted", "given_back"] {
+        zeros.push(format!(
+            r#"redquorum_handovers_total{{outcome="{outcome}"}} "#
+        ));
+    }
+    for series in &zeros {
+        assert_eq!(value(&text, series), Some(0.0), "{series}: {text}");
     }
     // A master stopped while no lock is asked for is down at the next scrape.
     nodes.kill(1).unwrap();

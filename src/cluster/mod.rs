@@ -70,6 +70,7 @@ impl Cluster {
             ));
         }
         crate::metrics::describe();
+        crate::metrics::create_counters();
         let mut seen = HashSet::new();
         let mut nodes = Vec::with_capacity(urls.len());
         let node_settings = NodeSettings {
