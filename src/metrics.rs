@@ -23,7 +23,10 @@ pub const ACQUIRE_DURATION: &str = "redquorum_acquire_duration_seconds";
 pub const NODE_REQUEST_DURATION: &str = "redquorum_node_request_duration_seconds";
 /// Counter, labels `node`, `operation`, `kind`: calls to a node that failed.
 pub const NODE_ERRORS: &str = "redquorum_node_errors_total";
-/// Counter, label `operation`: operations that could not reach a quorum.
+/// Counter, label `operation`: operations that could not reach a quorum. An acquire counts
+/// once, when it ends with [`Error::QuorumUnavailable`](crate::Error::QuorumUnavailable),
+/// however many of its attempts found no quorum; an extend (explicit, or a guard's renewal)
+/// when it ends uncertain, a release or an inspect when it ends without a quorum.
 pub const QUORUM_FAILURES: &str = "redquorum_quorum_failures_total";
 /// Counter, labels `kind`, `outcome`: extensions of a held lock.
 pub const EXTENSIONS: &str = "redquorum_extensions_total";

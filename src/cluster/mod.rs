@@ -162,6 +162,10 @@ impl Cluster {
     }
 
     /// The error for an operation that fewer than a quorum (`needed`) of nodes answered.
+    ///
+    /// Not counted in `redquorum_quorum_failures_total` here: an acquire makes this error for
+    /// each attempt, and counts once, when the acquire ends with it; the other callers count
+    /// it themselves.
     pub(crate) fn unavailable(
         &self,
         operation: Operation,
@@ -169,7 +173,6 @@ impl Cluster {
         needed: usize,
         failures: Vec<NodeFailure>,
     ) -> Error {
-        crate::metrics::quorum_failure(operation);
         Error::QuorumUnavailable {
             operation,
             name: name.to_owned(),

@@ -307,6 +307,10 @@ pub(crate) async fn acquire_waiting_since(
     };
     timed.finished = true;
     crate::metrics::acquire_done(&opts.kind, outcome, started.elapsed().as_secs_f64());
+    // Once per acquire, whatever number of its attempts found no quorum.
+    if let Err(Error::QuorumUnavailable { operation, .. }) = &result {
+        crate::metrics::quorum_failure(*operation);
+    }
     result
 }
 
