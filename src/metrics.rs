@@ -28,7 +28,10 @@ pub const NODE_ERRORS: &str = "redquorum_node_errors_total";
 /// however many of its attempts found no quorum; an extend (explicit, or a guard's renewal)
 /// when it ends uncertain, a release or an inspect when it ends without a quorum.
 pub const QUORUM_FAILURES: &str = "redquorum_quorum_failures_total";
-/// Counter, labels `kind`, `outcome`: extensions of a held lock.
+/// Counter, labels `kind`, `outcome`: extends asked for explicitly
+/// ([`Lock::extend`](crate::Lock::extend), [`Client::extend_token`](crate::Client::extend_token)
+/// and [`Client::extend_token_as`](crate::Client::extend_token_as)): extended, lost,
+/// unavailable. A guard's background renewals are counted in [`RENEWALS`] only.
 pub const EXTENSIONS: &str = "redquorum_extensions_total";
 /// Counter, labels `kind`, `outcome`: releases.
 pub const RELEASES: &str = "redquorum_releases_total";
@@ -36,7 +39,8 @@ pub const RELEASES: &str = "redquorum_releases_total";
 /// or expired).
 pub const LOCKS_LOST: &str = "redquorum_locks_lost_total";
 /// Counter, labels `kind`, `outcome`: background renewals by a [`LockGuard`](crate::LockGuard):
-/// renewed, failed (no quorum this time), lost, limit (a renewal limit was reached).
+/// renewed, failed (no quorum this time), lost, limit (a renewal limit was reached). They are
+/// not counted in [`EXTENSIONS`].
 pub const RENEWALS: &str = "redquorum_renewals_total";
 /// Counter, label `outcome`: locks that releases handed to a waiter of this process: taken
 /// (one token on a quorum), adopted (different attempts' tokens, held under one), given_back
@@ -74,7 +78,7 @@ pub fn describe() {
     metrics::describe_counter!(QUORUM_FAILURES, "Operations that could not reach a quorum");
     metrics::describe_counter!(
         EXTENSIONS,
-        "Extensions of held locks by lock kind and outcome"
+        "Explicit extends of held locks (not renewals) by lock kind and outcome"
     );
     metrics::describe_counter!(RELEASES, "Releases by lock kind and outcome");
     metrics::describe_counter!(LOCKS_LOST, "Locks found lost by their holder, by lock kind");

@@ -34,6 +34,7 @@ pub(crate) async fn extend_token(
     cluster.settings.validate_ttl(ttl)?;
     let token: Arc<str> = token.into();
     let extended = extend_key(cluster, name, &keys, &token, ttl, None).await;
+    count_extension(&keys.kind, &extended.outcome);
     let fence = extended.outcome?;
     Ok(Lock::new(
         cluster,
@@ -54,6 +55,9 @@ pub(crate) async fn extend_token(
 /// runs out (less drift), if that comes before `held_until`. The returned validity is that
 /// bound on success, the lesser of it and `held_until` when the outcome is uncertain, and
 /// the start of the call when a quorum says the lock is gone.
+///
+/// It counts a quorum failure, but not in `redquorum_extensions_total`: a guard's renewals
+/// call it too, and are counted as renewals; explicit extends count with [`count_extension`].
 pub(crate) async fn extend_key(
     cluster: &Arc<Cluster>,
     name: &str,
@@ -101,7 +105,6 @@ pub(crate) async fn extend_key(
     .await;
     let in_time = Instant::now() < certain_until;
     if tally.decision() == Decision::Reached && in_time {
-        crate::metrics::extension(&keys.kind, "extended");
         let fences: Vec<u64> = answers
             .iter()
             .filter_map(|a| a.as_ref()?.as_ref().ok().copied().flatten())
@@ -121,7 +124,6 @@ pub(crate) async fn extend_key(
     }
     // Refusals alone rule a quorum out: the lock is gone, whatever the failed nodes say.
     if !in_time || nodes.len() - tally.no_count() < quorum {
-        crate::metrics::extension(&keys.kind, "lost");
         return Extended {
             valid_until: start.min(certain_until),
             outcome: Err(Error::NotHeld {
@@ -129,7 +131,6 @@ pub(crate) async fn extend_key(
             }),
         };
     }
-    crate::metrics::extension(&keys.kind, "unavailable");
     crate::metrics::quorum_failure(Operation::Extend);
     Extended {
         valid_until: certain_until,
@@ -141,6 +142,19 @@ pub(crate) async fn extend_key(
             failures: failures(nodes, &answers),
         }),
     }
+}
+
+/// Counts an explicit extend ([`Lock::extend`], an extend by token) in
+/// `redquorum_extensions_total` by its outcome. A semaphore extended with another number of
+/// permits is refused before anything is extended, and counted in no outcome.
+pub(crate) fn count_extension(kind: &LockKind, outcome: &Result<u64>) {
+    let outcome = match outcome {
+        Ok(_) => "extended",
+        Err(Error::NotHeld { .. }) => "lost",
+        Err(Error::ExtendUncertain { .. }) => "unavailable",
+        Err(_) => return,
+    };
+    crate::metrics::extension(kind, outcome);
 }
 
 /// What an extend leaves its holder with.

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) use acquire::{acquire, acquire_waiting_since};
+use extend::count_extension;
 pub(crate) use extend::{extend_key, extend_token};
 pub(crate) use release::{Releaser, release_key, release_token};
 
@@ -184,6 +185,7 @@ impl Lock {
             Some(self.valid_until),
         )
         .await;
+        count_extension(self.kind(), &extended.outcome);
         self.valid_until = extended.valid_until;
         match extended.outcome {
             Ok(_fence) => {
