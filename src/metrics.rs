@@ -35,8 +35,18 @@ pub const QUORUM_FAILURES: &str = "redquorum_quorum_failures_total";
 pub const EXTENSIONS: &str = "redquorum_extensions_total";
 /// Counter, labels `kind`, `outcome`: releases.
 pub const RELEASES: &str = "redquorum_releases_total";
-/// Counter, label `kind`: locks found lost by their holder (an extend that found the lock gone
-/// or expired).
+/// Counter, label `kind`: locks that a [`Lock`](crate::Lock) or a
+/// [`LockGuard`](crate::LockGuard) of this process found lost while holding them:
+/// [`Lock::extend`](crate::Lock::extend) (a multi-lock's too, per name) on a lock whose
+/// validity had run out or that a quorum no longer has, and a guard's renewal (a `serve`
+/// session's too) that finds it so, or whose validity runs out without a quorum renewal.
+///
+/// Not counted: an extend by token ([`Client::extend_token`](crate::Client::extend_token),
+/// [`Client::extend_token_as`](crate::Client::extend_token_as), the HTTP API's `/extend`) that
+/// finds the lock gone, which counts only as `lost` in [`EXTENSIONS`], since a token that never
+/// held the lock cannot be told apart from one whose lock expired; a release that finds the
+/// lock gone; and a guard that ends its hold at [`RenewOptions::max_hold`](crate::RenewOptions::max_hold)
+/// (a `limit` renewal).
 pub const LOCKS_LOST: &str = "redquorum_locks_lost_total";
 /// Counter, labels `kind`, `outcome`: background renewals by a [`LockGuard`](crate::LockGuard):
 /// renewed, failed (no quorum this time), lost, limit (a renewal limit was reached). They are
