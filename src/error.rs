@@ -62,6 +62,9 @@ pub enum NodeFailureKind {
     /// read (a new connection whose reading failed or was overtaken): it may be a restarted
     /// node, so its vote is not counted.
     Unverified,
+    /// The node is the same server (one `run_id`) as this other node of the client, read
+    /// before it (two addresses of one server): the server casts one vote, the other node's.
+    SameServer(String),
     /// The node granted a hold of a reentrant lock its owner holds there (or a reader's share)
     /// with this fencing token, but no quorum of the masters that granted agrees on one: a
     /// hold now would not carry a token that a quorum records (the owner's other holds
@@ -93,6 +96,10 @@ impl fmt::Display for NodeFailureKind {
             NodeFailureKind::NotDurable => {
                 f.write_str("not durable (needs appendonly yes and appendfsync always), and durable nodes are required")
             }
+            NodeFailureKind::SameServer(other) => write!(
+                f,
+                "the same server as {other} (one run_id): two addresses of one server are one vote"
+            ),
             NodeFailureKind::Unverified => f.write_str(
                 "answered on a connection whose server has not been identified yet (INFO failed, or the connection was just replaced); not counted",
             ),
@@ -120,6 +127,7 @@ impl NodeFailureKind {
             NodeFailureKind::Unmarked => "unmarked",
             NodeFailureKind::NotDurable => "not_durable",
             NodeFailureKind::Unverified => "unverified",
+            NodeFailureKind::SameServer(_) => "same_server",
             NodeFailureKind::FenceDisagrees(_) => "fence_disagrees",
             NodeFailureKind::OtherPermits(_) => "other_permits",
         }

@@ -380,6 +380,7 @@ fn kept_out<T>(answer: &Option<Answer<T>>) -> Option<Option<Instant>> {
             | NodeFailureKind::Protocol(_)
             | NodeFailureKind::NotDurable
             | NodeFailureKind::Unverified
+            | NodeFailureKind::SameServer(_)
             | NodeFailureKind::Connection(_),
         )) => Some(None),
         _ => None,

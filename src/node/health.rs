@@ -55,6 +55,9 @@ pub(super) struct Health {
     pub(super) error: Option<String>,
     /// Whether a warning about durability was logged for the current process of the node.
     warned: bool,
+    /// Another node of the client that was read as the same server (one `run_id`) before
+    /// this one: that one casts the server's vote, and this one none.
+    same_server_as: Option<String>,
     /// Whether the node carried the marker, as last seen.
     pub(super) marked: Option<bool>,
     /// Until when the node said it is quarantined, as last seen.
@@ -104,6 +107,9 @@ impl Node {
         if self.settings.verify_votes && (link.is_none() || health.verified_link != link) {
             return Err(NodeFailureKind::Unverified);
         }
+        if let Some(other) = &health.same_server_as {
+            return Err(NodeFailureKind::SameServer(other.clone()));
+        }
         if self.settings.require_durable && !health.durable() {
             return Err(NodeFailureKind::NotDurable);
         }
@@ -129,6 +135,17 @@ impl Node {
         if health.run_id.is_some() && health.run_id != run_id {
             health.warned = false;
         }
+        let same_server_as = run_id
+            .as_deref()
+            .and_then(|id| self.shared.servers.identify(&self.addr, id));
+        if same_server_as.is_some() && same_server_as != health.same_server_as {
+            warn!(
+                node = self.addr,
+                same_server_as = same_server_as.as_deref(),
+                "node is the same server as another node of the client (one run_id): it casts no vote of its own; list each master once"
+            );
+        }
+        health.same_server_as = same_server_as;
         health.verified_link = Some(link);
         health.read_at = Some(now);
         health.started_at = uptime.and_then(|u| now.checked_sub(u));
@@ -197,6 +214,7 @@ impl Node {
             durable,
             marked: health.marked,
             usable: health.error.is_none()
+                && health.same_server_as.is_none()
                 && quarantined_for.is_none()
                 && (durable || !self.settings.require_durable),
             quarantined_for,

@@ -30,6 +30,7 @@ mod on_demand;
 mod replies;
 mod resp;
 mod scripts;
+mod servers;
 #[cfg(feature = "tls")]
 mod tls;
 mod view;
@@ -106,13 +107,14 @@ pub(crate) struct Node {
     tls: Option<Tls>,
 }
 
-/// What the nodes of one client share: its detached futures, its deadlines, and its TLS
-/// settings.
+/// What the nodes of one client share: its detached futures, its deadlines, its TLS
+/// settings, and which server each node was read to be.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Shared {
     pub(crate) background: Arc<Background>,
     pub(crate) deadlines: Arc<Deadlines>,
     pub(crate) tls: Option<Tls>,
+    pub(crate) servers: Arc<servers::Servers>,
 }
 
 impl Node {
