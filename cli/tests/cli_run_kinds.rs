@@ -314,8 +314,15 @@ async fn a_command_that_releases_the_runs_lock_itself_runs_on() {
         let released = locks[locks.len() - 1];
         // TTL 600 ms: renewed every 200 ms, so the command outlives several renewals after
         // its release.
+        // The other names of a multi-lock stay held and renewed meanwhile: `status` past
+        // several renewals still finds each held.
+        let others: Vec<&str> = locks.iter().copied().filter(|n| *n != released).collect();
+        let status_of_others: String = others
+            .iter()
+            .map(|other| format!("{BIN} status --lock {other} >> {d}/others; "))
+            .collect();
         let script = format!(
-            "{BIN} release --lock {released}; echo $? > {d}/rc; sleep 1.5; echo done > {d}/done"
+            "{BIN} release --lock {released}; echo $? > {d}/rc; sleep 1.5; {status_of_others}echo done > {d}/done"
         );
         let child = run(&nodes, locks, &["--ttl", "600ms"], &script);
         let (status, stderr) = finish(child).await;
@@ -330,6 +337,15 @@ async fn a_command_that_releases_the_runs_lock_itself_runs_on() {
         assert!(
             stderr.contains("released the lock itself"),
             "{locks:?}: {stderr}"
+        );
+        let others_status = file("others");
+        assert_eq!(
+            others_status
+                .lines()
+                .filter(|l| l.contains(": held"))
+                .count(),
+            others.len(),
+            "{locks:?}: {others_status}"
         );
         for name in locks {
             assert!(

@@ -8,7 +8,9 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use redquorum::config::limits;
-use redquorum::{Client, Error, LockGuard, LockKind, LockOptions, MultiGuard, Owner, RenewOptions};
+use redquorum::{
+    Client, Error, LockGuard, LockKind, LockOptions, LockState, MultiGuard, Owner, RenewOptions,
+};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -244,8 +246,9 @@ pub(super) async fn run(
         .and_then(|pid| i32::try_from(pid).ok())
         .map(|pid| if own_group { -pid } else { pid });
 
-    // A lock the command released itself, once the run has found it gone.
-    let mut given_up: Option<&str> = None;
+    // The locks the command said it released itself, once the run has found one gone: their
+    // loss is no loss, and only the others' is watched.
+    let mut given_up: Vec<String> = Vec::new();
     let code = loop {
         tokio::select! {
             status = child.wait() => break match status {
@@ -255,10 +258,13 @@ pub(super) async fn run(
                     EXIT_SOFTWARE
                 }
             },
-            () = guard.lost(), if given_up.is_none() => {
-                if let Some(released) = releases.released(&set.names) {
-                    tracing::info!(lock = released, "the command released the lock itself; it runs on without it");
-                    given_up = Some(released);
+            () = guard.lost_other_than(&given_up) => {
+                let released = releases.released(&set.names);
+                if guard.lost_names().iter().all(|lost| released.contains(lost)) {
+                    for name in released.iter().filter(|name| !given_up.contains(name)) {
+                        tracing::info!(lock = name.as_str(), "the command released the lock itself; it runs on without it");
+                    }
+                    given_up = released;
                     continue;
                 }
                 tracing::error!(lock = name, "the lock was lost while the command ran; terminating the command");
@@ -276,17 +282,15 @@ pub(super) async fn run(
             }
         }
     };
-    match given_up {
-        // Those it did not release are still held (a multi-lock's other names).
-        Some(_) => {
-            if let Err(e) = guard.release().await {
-                tracing::debug!(
-                    lock = name,
-                    "the rest of the release after the command's own: {e}"
-                );
-            }
-        }
-        None => release(guard, name).await,
+    if given_up.is_empty() {
+        release(guard, name).await;
+    } else if let Err(e) = guard.release().await {
+        // Those it did not release are still held (a multi-lock's other names), and released
+        // here; the command's own are gone already.
+        tracing::debug!(
+            lock = name,
+            "the rest of the release after the command's own: {e}"
+        );
     }
     code
 }
@@ -301,10 +305,7 @@ impl Held {
     /// What the command is told of the locks: with several, one line per lock in the order
     /// they were taken.
     fn env(&self) -> [(&'static str, String); 3] {
-        let guards = match self {
-            Held::One(guard) => std::slice::from_ref(guard),
-            Held::Many(multi) => multi.guards(),
-        };
+        let guards = self.guards();
         let lines = |f: &dyn Fn(&LockGuard) -> String| -> String {
             guards.iter().map(f).collect::<Vec<_>>().join("\n")
         };
@@ -315,12 +316,35 @@ impl Held {
         ]
     }
 
-    /// Resolves when a lock is lost.
-    async fn lost(&self) {
+    /// The guards of the locks held, one or several.
+    fn guards(&self) -> &[LockGuard] {
         match self {
-            Held::One(guard) => guard.lost().await,
-            Held::Many(multi) => multi.lost().await,
+            Held::One(guard) => std::slice::from_ref(guard),
+            Held::Many(multi) => multi.guards(),
         }
+    }
+
+    /// Resolves when a lock other than `released` is lost; never, when there is none.
+    async fn lost_other_than(&self, released: &[String]) {
+        let watched: Vec<_> = self
+            .guards()
+            .iter()
+            .filter(|guard| !released.iter().any(|name| name == guard.name()))
+            .map(|guard| Box::pin(guard.lost()))
+            .collect();
+        if watched.is_empty() {
+            return std::future::pending().await;
+        }
+        futures::future::select_all(watched).await;
+    }
+
+    /// The names of the locks found lost.
+    fn lost_names(&self) -> Vec<String> {
+        self.guards()
+            .iter()
+            .filter(|guard| guard.state() == LockState::Lost)
+            .map(|guard| guard.name().to_owned())
+            .collect()
     }
 
     async fn release(self) -> redquorum::Result<()> {

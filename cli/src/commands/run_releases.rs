@@ -38,13 +38,14 @@ impl Releases {
         &self.path
     }
 
-    /// The first of `names` that the command said it released, if any.
-    pub(super) fn released<'n>(&self, names: &'n [String]) -> Option<&'n str> {
-        let said = std::fs::read_to_string(&self.path).ok()?;
+    /// Those of `names` that the command said it released.
+    pub(super) fn released(&self, names: &[String]) -> Vec<String> {
+        let said = std::fs::read_to_string(&self.path).unwrap_or_default();
         names
             .iter()
-            .find(|name| said.lines().any(|line| line == name.as_str()))
-            .map(String::as_str)
+            .filter(|name| said.lines().any(|line| line == name.as_str()))
+            .cloned()
+            .collect()
     }
 }
 
