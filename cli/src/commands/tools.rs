@@ -164,7 +164,7 @@ pub(super) async fn release(client: &Client, name: &str, kind: &KindArgs, token:
         Ok(token) => token,
         Err(message) => return usage(&message),
     };
-    super::run_releases::tell_run(name, token);
+    super::run::releases::tell_run(name, token);
     match client.release_token_as(name, &kind, token).await {
         Ok(()) => {
             tracing::info!(lock = name, kind = kind.as_str(), "released");

@@ -1,5 +1,8 @@
 //! `redquorum run`: hold a lock of any kind, renewed in the background, while a command runs.
 
+mod held;
+pub(super) mod releases;
+
 use std::future::poll_fn;
 use std::process::ExitStatus;
 use std::task::Poll;
@@ -8,18 +11,17 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, getpgrp, tcgetpgrp};
 use redquorum::config::limits;
-use redquorum::{
-    Client, Error, LockGuard, LockKind, LockOptions, LockState, MultiGuard, Owner, RenewOptions,
-};
+use redquorum::{Client, Error, LockKind, LockOptions, Owner, RenewOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use super::run_releases::{RELEASES_ENV, Releases};
 use super::tools::{KIND_ENV, kind_name};
 use super::{
     EXIT_CANNOT_EXECUTE, EXIT_LOCK_LOST, EXIT_NOT_FOUND, EXIT_SOFTWARE, EXIT_TEMPFAIL,
     EXIT_UNAVAILABLE, LogFormat, exit_code,
 };
+use held::{Held, release};
+use releases::{RELEASES_ENV, Releases};
 
 /// Which locks `run` holds, and of what kind.
 #[derive(Debug, clap::Args)]
@@ -293,76 +295,6 @@ pub(super) async fn run(
         );
     }
     code
-}
-
-/// The lock a run holds: one name, or several taken all or nothing.
-enum Held {
-    One(LockGuard),
-    Many(MultiGuard),
-}
-
-impl Held {
-    /// What the command is told of the locks: with several, one line per lock in the order
-    /// they were taken.
-    fn env(&self) -> [(&'static str, String); 3] {
-        let guards = self.guards();
-        let lines = |f: &dyn Fn(&LockGuard) -> String| -> String {
-            guards.iter().map(f).collect::<Vec<_>>().join("\n")
-        };
-        [
-            ("REDQUORUM_LOCK", lines(&|g| g.name().to_owned())),
-            ("REDQUORUM_TOKEN", lines(&|g| g.token().to_owned())),
-            ("REDQUORUM_FENCE", lines(&|g| g.fence().to_string())),
-        ]
-    }
-
-    /// The guards of the locks held, one or several.
-    fn guards(&self) -> &[LockGuard] {
-        match self {
-            Held::One(guard) => std::slice::from_ref(guard),
-            Held::Many(multi) => multi.guards(),
-        }
-    }
-
-    /// Resolves when a lock other than `released` is lost; never, when there is none.
-    async fn lost_other_than(&self, released: &[String]) {
-        let watched: Vec<_> = self
-            .guards()
-            .iter()
-            .filter(|guard| !released.iter().any(|name| name == guard.name()))
-            .map(|guard| Box::pin(guard.lost()))
-            .collect();
-        if watched.is_empty() {
-            return std::future::pending().await;
-        }
-        futures::future::select_all(watched).await;
-    }
-
-    /// The names of the locks found lost.
-    fn lost_names(&self) -> Vec<String> {
-        self.guards()
-            .iter()
-            .filter(|guard| guard.state() == LockState::Lost)
-            .map(|guard| guard.name().to_owned())
-            .collect()
-    }
-
-    async fn release(self) -> redquorum::Result<()> {
-        match self {
-            Held::One(guard) => guard.release().await,
-            Held::Many(multi) => multi.release().await,
-        }
-    }
-}
-
-async fn release(guard: Held, name: &str) {
-    match guard.release().await {
-        Ok(()) => tracing::info!(lock = name, "released"),
-        Err(e) => tracing::warn!(
-            lock = name,
-            "release failed; the lock expires at its TTL: {e}"
-        ),
-    }
 }
 
 /// Whether this process is in the foreground process group of its controlling terminal.

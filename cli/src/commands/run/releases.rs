@@ -9,10 +9,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming the file, set by `run` for its command.
-pub(super) const RELEASES_ENV: &str = "REDQUORUM_RUN_RELEASES";
+pub(in crate::commands) const RELEASES_ENV: &str = "REDQUORUM_RUN_RELEASES";
 
 /// The file of one run, removed when the run ends.
-pub(super) struct Releases {
+pub(in crate::commands) struct Releases {
     path: PathBuf,
 }
 
@@ -58,7 +58,7 @@ impl Drop for Releases {
 /// Inside a run's command, before the release of `name` with `token`: tells the run, when
 /// they are one of its locks and its token for it. Names are one per line: a name with a line
 /// break in it is not told (the run then takes its release for a loss, as before).
-pub(super) fn tell_run(name: &str, token: &str) {
+pub(in crate::commands) fn tell_run(name: &str, token: &str) {
     let Some(path) = std::env::var_os(RELEASES_ENV) else {
         return;
     };
