@@ -992,20 +992,30 @@ async fn a_session_says_lost_when_a_majority_dies() {
     task.await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_ends_sessions_by_releasing_their_locks() {
-    let nodes = common::nodes(3);
-    let (addr, stop, task) = spawn_server(&nodes).await;
-    let http = reqwest::Client::new();
-    let mut stream = http
-        .post(format!("http://{addr}/v1/locks/until-shutdown/session"))
+/// A session on `name` (TTL 30 s) through the server at `addr`, once its `acquired` event is
+/// in and every master holds its token.
+async fn session_held_everywhere(
+    nodes: &LocalNodes,
+    addr: SocketAddr,
+    name: &str,
+) -> reqwest::Response {
+    let mut stream = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/locks/{name}/session"))
         .json(&json!({"ttl_ms": 30_000}))
         .send()
         .await
         .unwrap();
     let first = read_events(&mut stream, Duration::from_secs(2), |e| !e.is_empty()).await;
     let token = first[0]["token"].as_str().unwrap().to_owned();
-    assert!(common::token_everywhere(&nodes, "until-shutdown", &token).await);
+    assert!(common::token_everywhere(nodes, name, &token).await);
+    stream
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_ends_sessions_by_releasing_their_locks() {
+    let nodes = common::nodes(3);
+    let (addr, stop, task) = spawn_server(&nodes).await;
+    let mut stream = session_held_everywhere(&nodes, addr, "until-shutdown").await;
     stop.cancel();
     let events = read_events(&mut stream, Duration::from_secs(3), |_| false).await;
     assert_eq!(events.last().unwrap()["event"], "released", "{events:?}");
@@ -1029,16 +1039,7 @@ async fn shutdown_ends_sessions_by_releasing_their_locks() {
 async fn shutdown_says_when_a_sessions_release_failed() {
     let nodes = common::nodes(3);
     let (addr, stop, task) = spawn_server(&nodes).await;
-    let http = reqwest::Client::new();
-    let mut stream = http
-        .post(format!("http://{addr}/v1/locks/unreleasable/session"))
-        .json(&json!({"ttl_ms": 30_000}))
-        .send()
-        .await
-        .unwrap();
-    let first = read_events(&mut stream, Duration::from_secs(2), |e| !e.is_empty()).await;
-    let token = first[0]["token"].as_str().unwrap().to_owned();
-    assert!(common::token_everywhere(&nodes, "unreleasable", &token).await);
+    let mut stream = session_held_everywhere(&nodes, addr, "unreleasable").await;
     nodes.pause(0).unwrap();
     nodes.pause(1).unwrap();
     stop.cancel();
