@@ -124,7 +124,6 @@ impl Client {
         let quorum = keys.quorum(nodes.len());
         let answered = nodes.iter().filter(|n| n.ttl.is_ok()).count();
         if answered < quorum {
-            crate::metrics::quorum_failure(Operation::Inspect);
             return Err(self.cluster.unavailable(
                 Operation::Inspect,
                 name,

@@ -161,12 +161,22 @@ impl Cluster {
         Ok(Arc::new(keys))
     }
 
-    /// The error for an operation that fewer than a quorum (`needed`) of nodes answered.
-    ///
-    /// Not counted in `redquorum_quorum_failures_total` here: an acquire makes this error for
-    /// each attempt, and counts once, when the acquire ends with it; the other callers count
-    /// it themselves.
+    /// The error for an operation that fewer than a quorum (`needed`) of nodes answered,
+    /// counted in `redquorum_quorum_failures_total`.
     pub(crate) fn unavailable(
+        &self,
+        operation: Operation,
+        name: &str,
+        needed: usize,
+        failures: Vec<NodeFailure>,
+    ) -> Error {
+        crate::metrics::quorum_failure(operation);
+        self.attempt_unavailable(operation, name, needed, failures)
+    }
+
+    /// [`Cluster::unavailable`] for one attempt of an acquire, not counted: the acquire counts
+    /// once, when it ends with it, however many of its attempts found no quorum.
+    pub(crate) fn attempt_unavailable(
         &self,
         operation: Operation,
         name: &str,

@@ -142,7 +142,12 @@ pub(super) async fn attempt(
                             debug!("too few masters confirm the owner's lock; refusing the hold");
                             let failures = with_disagreeing_fences(nodes, &answers);
                             break (
-                                cluster.unavailable(Operation::Acquire, name, quorum, failures),
+                                cluster.attempt_unavailable(
+                                    Operation::Acquire,
+                                    name,
+                                    quorum,
+                                    failures,
+                                ),
                                 answers,
                             );
                         }
@@ -161,7 +166,12 @@ pub(super) async fn attempt(
                             // Refenced as often as allowed, and still no quorum agrees.
                             let failures = with_disagreeing_fences(nodes, &answers);
                             break (
-                                cluster.unavailable(Operation::Acquire, name, quorum, failures),
+                                cluster.attempt_unavailable(
+                                    Operation::Acquire,
+                                    name,
+                                    quorum,
+                                    failures,
+                                ),
                                 answers,
                             );
                         }
@@ -220,7 +230,7 @@ pub(super) async fn attempt(
         let error = if let Some(error) = super::other_permits(nodes, &answers) {
             error
         } else if holders.is_empty() && reserved.is_empty() {
-            cluster.unavailable(Operation::Acquire, name, quorum, failures)
+            cluster.attempt_unavailable(Operation::Acquire, name, quorum, failures)
         } else {
             Error::Contended {
                 name: name.to_owned(),

@@ -159,7 +159,6 @@ pub(crate) async fn release_key(
         });
     }
     crate::metrics::release(&keys.kind, "unavailable");
-    crate::metrics::quorum_failure(Operation::Release);
     Err(cluster.unavailable(Operation::Release, name, quorum, failures(nodes, &answers)))
 }
 

@@ -97,13 +97,7 @@ impl Node {
         link: Option<LinkId>,
     ) -> std::result::Result<(), NodeFailureKind> {
         let health = self.health();
-        let link = link.or_else(|| {
-            let slot = self
-                .link
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            slot.as_ref().map(|l| l.id)
-        });
+        let link = link.or_else(|| self.current_link().map(|(id, _)| id));
         if self.settings.verify_votes && (link.is_none() || health.verified_link != link) {
             return Err(NodeFailureKind::Unverified);
         }

@@ -53,26 +53,25 @@ impl Node {
         connected
     }
 
+    /// The current connection, if there is one (perhaps still being made, perhaps broken).
+    pub(super) fn current_link(&self) -> Option<(LinkId, Wire)> {
+        let slot = self
+            .link
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        slot.as_ref().map(|link| (link.id, link.wire.clone()))
+    }
+
     /// Waits until the current connection has answered every command sent on it so far (a
     /// `PING` sent behind them is answered), or breaks; with no connection, at once. The
     /// answers it reads are handed to their calls, detached or not, as any reader's are.
     pub(crate) async fn flush(&self) -> Result<(), NodeFailureKind> {
-        let current = {
-            let slot = self
-                .link
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            slot.as_ref()
-                .filter(|link| !link.wire.is_broken())
-                .map(|link| (link.id, link.wire.clone()))
-        };
-        let Some((id, wire)) = current else {
+        let Some((id, wire)) = self.current_link().filter(|(_, wire)| !wire.is_broken()) else {
             return Ok(());
         };
+        let ping = redis::cmd("PING");
         match wire
-            .call(None, 1, |out| {
-                out.extend_from_slice(b"*1\r\n$4\r\nPING\r\n")
-            })
+            .call(None, 1, |out| ping.write_packed_command(out))
             .await
         {
             Ok(_) => Ok(()),

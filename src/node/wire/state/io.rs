@@ -85,45 +85,23 @@ impl State {
     }
 
     /// Whether a command connection that waits for nothing was closed by its master while idle
-    /// (its `timeout` setting, `CLIENT KILL`, a restart): one read that does not wait finds the
-    /// end of the stream, or bytes that no command asked for, and breaks the connection, so
-    /// that the next call makes a new one instead of failing on this one. A connection that is
-    /// being read, waited on or made is left to its readers.
+    /// (its `timeout` setting, `CLIENT KILL`, a restart): one [`read`](Self::read) that does not
+    /// wait finds the end of the stream, or bytes that no command asked for, either of which
+    /// breaks the connection, so that the next call makes a new one instead of failing on this
+    /// one. A connection that is being read, waited on or made is left to its readers.
     pub(in crate::node::wire) fn closed_while_idle(&mut self) -> bool {
         let idle = self.opened
             && !self.subscriber
             && self.broken.is_none()
             && self.waiting.is_empty()
-            && self.reader.is_none()
-            && self.parsed == self.filled;
-        if !idle {
-            return self.broken.is_some();
+            && self.reader.is_none();
+        if idle {
+            // For no call: nothing is answered, and nothing is to be woken (whoever reads
+            // next registers its own waker).
+            let nobody = self.new_id();
+            self.read(&mut Context::from_waker(std::task::Waker::noop()), nobody);
         }
-        let Some(stream) = self.stream.as_mut() else {
-            return false;
-        };
-        self.parsed = 0;
-        self.filled = 0;
-        // Nothing is to be woken: whoever reads next registers its own waker.
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut buf = ReadBuf::new(&mut self.input[..]);
-        match Pin::new(&mut **stream).poll_read(&mut cx, &mut buf) {
-            Poll::Pending => false,
-            Poll::Ready(Ok(())) if buf.filled().is_empty() => {
-                let e = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
-                self.fail(e.into(), None);
-                true
-            }
-            Poll::Ready(Ok(())) => {
-                let e = broken_stream("bytes that no command asked for".to_owned());
-                self.fail(e, None);
-                true
-            }
-            Poll::Ready(Err(e)) => {
-                self.fail(e.into(), None);
-                true
-            }
-        }
+        self.broken.is_some()
     }
 
     /// Hands every complete value read to the call it answers, or to the messages.
