@@ -192,8 +192,14 @@ impl ClientSettings {
     }
 }
 
-/// Checks a lock name: non-empty and at most [`limits::MAX_NAME_BYTES`] bytes.
-pub(crate) fn validate_name(name: &str) -> Result<()> {
+/// Checks a lock name as every operation does: non-empty and at most
+/// [`limits::MAX_NAME_BYTES`] bytes. For callers that refuse a bad name before anything else
+/// (the HTTP service, before a request's body fields).
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] for the field `name`, saying what is wrong with it.
+pub fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("name", "must not be empty"));
     }

@@ -17,13 +17,13 @@ use super::error::ApiError;
 use super::kind::{OwnerUse, RequestKind, inward, kind_fields, outward, request_kind};
 use super::request::Fields;
 use super::units::millis_of;
-use redquorum::config::{defaults, limits};
+use redquorum::config::defaults;
 use redquorum::{DoctorReport, Lock, LockKind, LockOptions, Problem};
 
 /// Longest wait one HTTP request may ask for: 10 min. Longer waits belong in a retry loop.
 pub const MAX_HTTP_WAIT: Duration = Duration::from_secs(600);
 
-/// The lock name from the path, percent-decoded and not empty, or why the path holds no valid
+/// The lock name from the path, percent-decoded and valid, or why the path holds no valid
 /// name. It is an extractor that never refuses: the handler reads it after the body has been
 /// read (so that a refused name leaves the connection usable) and before the body's fields.
 pub(crate) struct PathName(Result<String, ApiError>);
@@ -51,27 +51,11 @@ impl<S: Send + Sync> FromRequestParts<S> for PathName {
                     format!("the lock name in the path is not valid: {e}"),
                 )
             })
-            // Checked here, before the body's fields: the library would refuse an empty name
-            // too, but only once the handler had read them, and `/v1/locks//extend` with no
-            // token was answered about the token.
+            // Checked here, before the body's fields, as the library checks it: otherwise
+            // `/v1/locks//extend` with no token was answered about the token.
             .and_then(|name| {
-                if name.is_empty() {
-                    Err(ApiError::bad_request(
-                        "invalid_name",
-                        "the lock name in the path is empty; put it between /v1/locks/ and the route",
-                    ))
-                } else if name.len() > limits::MAX_NAME_BYTES {
-                    Err(ApiError::bad_request(
-                        "invalid_name",
-                        format!(
-                            "the lock name is {} bytes; at most {} are allowed",
-                            name.len(),
-                            limits::MAX_NAME_BYTES
-                        ),
-                    ))
-                } else {
-                    Ok(name)
-                }
+                redquorum::config::validate_name(&name)?;
+                Ok(name)
             });
         Ok(PathName(name))
     }
