@@ -6,6 +6,7 @@ use redquorum::config::limits;
 use redquorum::{Client, LockInfo, LockKind, LockOptions, Owner};
 
 use super::out::say;
+use super::run::held::RunsLocks;
 use super::{EXIT_OK, EXIT_SOFTWARE, exit_code, usage};
 
 /// The environment variable in which `run` tells its command the kind of lock it holds, read
@@ -47,8 +48,7 @@ impl KindArgs {
         } else if let Some(id) = &self.owner {
             LockKind::Reentrant(owner(id)?)
         } else {
-            let runs_name = std::env::var("REDQUORUM_LOCK")
-                .is_ok_and(|names| names.lines().any(|held| held == name));
+            let runs_name = RunsLocks::from_env().line_of(name).is_some();
             let Some(value) = std::env::var_os(KIND_ENV).filter(|_| runs_name) else {
                 return Ok(None);
             };
@@ -183,12 +183,9 @@ fn token_of<'t>(name: &str, token: &'t str) -> Result<&'t str, String> {
     if !token.contains('\n') {
         return Ok(token);
     }
-    let names = std::env::var("REDQUORUM_LOCK").unwrap_or_default();
-    let from_run = std::env::var("REDQUORUM_TOKEN").is_ok_and(|run_tokens| run_tokens == token);
-    names
-        .lines()
-        .position(|held| held == name)
-        .filter(|_| from_run)
+    let run = RunsLocks::from_env();
+    run.line_of(name)
+        .filter(|_| run.tokens() == token)
         .and_then(|line| token.lines().nth(line))
         .ok_or_else(|| {
             format!(

@@ -3,6 +3,43 @@
 
 use redquorum::{LockGuard, LockState, MultiGuard};
 
+/// Where a run tells its command the names of its locks, one line per lock in the order taken.
+pub(in crate::commands) const LOCK_ENV: &str = "REDQUORUM_LOCK";
+/// Where a run tells its command its tokens, one line per lock, in the order of [`LOCK_ENV`].
+pub(in crate::commands) const TOKEN_ENV: &str = "REDQUORUM_TOKEN";
+
+/// The locks of the run this process is a command of, as its environment tells them (none
+/// outside a run).
+pub(in crate::commands) struct RunsLocks {
+    names: String,
+    tokens: String,
+}
+
+impl RunsLocks {
+    pub(in crate::commands) fn from_env() -> Self {
+        let var = |name| std::env::var(name).unwrap_or_default();
+        RunsLocks {
+            names: var(LOCK_ENV),
+            tokens: var(TOKEN_ENV),
+        }
+    }
+
+    /// Which line of the run's variables is `name`'s, if it is one of the run's locks.
+    pub(in crate::commands) fn line_of(&self, name: &str) -> Option<usize> {
+        self.names.lines().position(|held| held == name)
+    }
+
+    /// The run's token for `name`, if it is one of the run's locks.
+    pub(in crate::commands) fn token_of(&self, name: &str) -> Option<&str> {
+        self.tokens.lines().nth(self.line_of(name)?)
+    }
+
+    /// Every token, one line per lock, as the environment gives them.
+    pub(in crate::commands) fn tokens(&self) -> &str {
+        &self.tokens
+    }
+}
+
 /// The lock a run holds: one name, or several taken all or nothing.
 pub(super) enum Held {
     One(LockGuard),
@@ -18,8 +55,8 @@ impl Held {
             guards.iter().map(f).collect::<Vec<_>>().join("\n")
         };
         [
-            ("REDQUORUM_LOCK", lines(&|g| g.name().to_owned())),
-            ("REDQUORUM_TOKEN", lines(&|g| g.token().to_owned())),
+            (LOCK_ENV, lines(&|g| g.name().to_owned())),
+            (TOKEN_ENV, lines(&|g| g.token().to_owned())),
             ("REDQUORUM_FENCE", lines(&|g| g.fence().to_string())),
         ]
     }

@@ -1,6 +1,6 @@
 //! `redquorum run`: hold a lock of any kind, renewed in the background, while a command runs.
 
-mod held;
+pub(super) mod held;
 pub(super) mod releases;
 
 use std::future::poll_fn;

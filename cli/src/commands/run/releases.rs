@@ -8,6 +8,8 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use super::held::RunsLocks;
+
 /// The environment variable naming the file, set by `run` for its command.
 pub(in crate::commands) const RELEASES_ENV: &str = "REDQUORUM_RUN_RELEASES";
 
@@ -56,19 +58,12 @@ impl Drop for Releases {
 }
 
 /// Inside a run's command, before the release of `name` with `token`: tells the run, when
-/// they are one of its locks and its token for it. Names are one per line: a name with a line
-/// break in it is not told (the run then takes its release for a loss, as before).
+/// they are one of its locks and its token for it.
 pub(in crate::commands) fn tell_run(name: &str, token: &str) {
     let Some(path) = std::env::var_os(RELEASES_ENV) else {
         return;
     };
-    let names = std::env::var("REDQUORUM_LOCK").unwrap_or_default();
-    let tokens = std::env::var("REDQUORUM_TOKEN").unwrap_or_default();
-    let runs_own = names
-        .lines()
-        .zip(tokens.lines())
-        .any(|(held, held_token)| held == name && held_token == token);
-    if !runs_own || name.contains('\n') {
+    if RunsLocks::from_env().token_of(name) != Some(token) {
         return;
     }
     let told = std::fs::OpenOptions::new()
