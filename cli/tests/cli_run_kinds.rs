@@ -355,3 +355,48 @@ async fn a_command_that_releases_the_runs_lock_itself_runs_on() {
         }
     }
 }
+
+/// `status --owner ID` reads the name's key as a reentrant lock's: a run's lock shows its
+/// holds, and a mutex taken by `acquire` (same key) shows as held with 0 reentrant holds. It
+/// was called a "reentrant lock" with "0 hold(s)".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_with_an_owner_tells_a_mutex_from_a_reentrant_lock() {
+    let nodes = common::nodes(3);
+    let urls = nodes.urls().join(",");
+    let acquired = Command::new(BIN)
+        .args(["acquire", "--quarantine", "0s", "--nodes", &urls])
+        .args(["--lock", "owned-mutex", "--ttl", "30s"])
+        .env_remove("REDQUORUM_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(acquired.status.success(), "{acquired:?}");
+    let out = Command::new(BIN)
+        .args(["status", "--nodes", &urls, "--lock", "owned-mutex"])
+        .args(["--owner", "someone"])
+        .env_remove("REDQUORUM_KIND")
+        .env_remove("REDQUORUM_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("lock \"owned-mutex\": held (mutex or reentrant lock)"),
+        "{text}"
+    );
+    assert_eq!(text.matches(", 0 reentrant hold(s)").count(), 3, "{text}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let script = format!("{BIN} status --lock owned-run --owner run-owner > {d}/inside");
+    let child = run(&nodes, &["owned-run"], &["--owner", "run-owner"], &script);
+    let (exit, stderr) = finish(child).await;
+    assert!(exit.success(), "{stderr}");
+    let inside = std::fs::read_to_string(dir.path().join("inside")).unwrap();
+    assert_eq!(
+        inside.matches(", 1 reentrant hold(s)").count(),
+        3,
+        "{inside}"
+    );
+}

@@ -241,10 +241,11 @@ pub(super) async fn status(client: &Client, name: &str, kind: &KindArgs) -> u8 {
 
 /// One kind's view of the lock: held or free, then each node's.
 fn show(info: &LockInfo) -> std::io::Result<()> {
+    // A mutex and a reentrant lock share their key: read as a reentrant lock, a mutex shows
+    // as held with 0 reentrant holds.
     let family = match info.kind {
         "read" | "write" => "read-write lock",
         "semaphore" => "semaphore",
-        "reentrant" => "reentrant lock",
         _ => "mutex or reentrant lock",
     };
     say!(
@@ -270,7 +271,7 @@ fn show(info: &LockInfo) -> std::io::Result<()> {
                 node.permits
                     .map_or_else(|| "?".to_owned(), |p| p.to_string())
             ),
-            "reentrant" => format!(", {} hold(s)", node.holds),
+            "reentrant" => format!(", {} reentrant hold(s)", node.holds),
             _ => String::new(),
         };
         let state = match &node.ttl {
