@@ -1,7 +1,8 @@
 //! How the coordinator treats its connections, on a real socket against real redis-server
 //! processes: idle, silent and slow clients are closed after the idle timeout while requests
 //! under way outlive it, a body declared over the limit is refused before it is sent, and a
-//! shutdown answers waiting acquires at once and closes what is still busy after its grace.
+//! shutdown refuses new connections, answers waiting acquires at once and closes what is
+//! still busy after its grace.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // The harness the library's tests use (local masters, test-tuned clients), shared as is.
@@ -354,6 +355,21 @@ async fn shutdown_answers_waiting_acquires_and_closes_connections_still_busy() {
             "waiting request {i}: {body}"
         );
     }
+    // The connections still busy have their grace, and the port is closed meanwhile: a new
+    // client is refused at once. It used to be accepted by the kernel, never answered, and
+    // reset when the server ended.
+    let refused = common::eventually(Duration::from_millis(500), || async {
+        TcpStream::connect(addr).await.is_err()
+    })
+    .await;
+    assert!(
+        !task.is_finished(),
+        "the server ended before the connections still busy had their grace"
+    );
+    assert!(
+        refused,
+        "connections made while the server stopped were accepted"
+    );
     tokio::time::timeout(Duration::from_secs(5), task)
         .await
         .expect("the server stopped, past the connections still busy")

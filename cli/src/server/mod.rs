@@ -233,6 +233,10 @@ pub(crate) async fn serve_http(
             }
         }));
     }
+    // Closed before the connections in flight are waited for: a client that connected now
+    // would be accepted by the kernel and then never served, and reset when the process exits.
+    // Closed, the port refuses it at once, and the client can go to another instance.
+    drop(listener);
     connections.close();
     connections.wait().await;
 }
