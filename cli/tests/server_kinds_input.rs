@@ -114,6 +114,21 @@ async fn bad_kinds_permits_owners_and_tokens_get_400_and_change_nothing() {
             ),
             "invalid_permits",
         ),
+        // A made-up token is that, with any kind named: not a mutex's token of the wrong kind.
+        (
+            on(
+                "/v1/locks/rw/release",
+                json!({"kind": "read", "token": "made-up"}),
+            ),
+            "invalid_token",
+        ),
+        (
+            on(
+                "/v1/locks/sem/extend",
+                json!({"kind": "semaphore", "permits": 1, "token": "semaphore.0:made-up"}),
+            ),
+            "invalid_token",
+        ),
         // A token of one kind offered as another's.
         (
             on(

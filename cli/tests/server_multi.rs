@@ -185,6 +185,18 @@ async fn multi_locks_of_other_kinds_and_bad_input() {
             "/v1/multi/extend",
             "wrong_kind",
         ),
+        // One made-up token, or one bad name, refuses the whole request before any master is
+        // asked: the other names are neither extended nor released.
+        (
+            json!({"tokens": {"x": read_tokens["x"], "y": "made-up"}, "kind": "read"}),
+            "/v1/multi/release",
+            "invalid_token",
+        ),
+        (
+            json!({"tokens": {"x": read_tokens["x"], "": read_tokens["y"]}, "kind": "read"}),
+            "/v1/multi/extend",
+            "invalid_name",
+        ),
         (json!({"tokens": {}}), "/v1/multi/release", "invalid_tokens"),
         (
             json!({"tokens": ["x"]}),

@@ -218,8 +218,14 @@ pub fn validate_name(name: &str) -> Result<()> {
 
 /// Checks a holder token given back by a caller: non-empty, bounded, and of the shape this
 /// library hands tokens out in, so that a mistyped or made-up one is refused before any master
-/// is asked (on a free lock, a release would otherwise count it as released).
-pub(crate) fn validate_token(token: &str) -> Result<()> {
+/// is asked (on a free lock, a release would otherwise count it as released). Every operation
+/// by token checks it; it is public for callers that refuse a bad token before anything else
+/// (the HTTP service, before it reads the kind a token says it is of).
+///
+/// # Errors
+///
+/// [`Error::InvalidArgument`] for the field `token`, saying what is wrong with it.
+pub fn validate_token(token: &str) -> Result<()> {
     if token.is_empty() {
         return Err(Error::invalid("token", "must not be empty"));
     }

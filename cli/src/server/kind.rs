@@ -131,10 +131,15 @@ pub(crate) fn outward(kind: &LockKind, token: &str) -> String {
 ///
 /// # Errors
 ///
-/// `wrong_kind` (400) when the token is of another kind (or, for a semaphore, of another number
-/// of permits): nothing is sent to the masters.
+/// `invalid_token` (400) when the token is not of the shape the API hands tokens out in (of
+/// any kind), and `wrong_kind` (400) when it is of another kind (or, for a semaphore, of
+/// another number of permits): either way nothing is sent to the masters.
 pub(crate) fn inward<'t>(kind: &LockKind, token: &'t str) -> Result<&'t str, ApiError> {
     let found = token_kind(token);
+    // A made-up or mistyped token is refused as such, not taken for a mutex's token because it
+    // has no kind in front.
+    let library_token = found.map_or(token, |head| &token[head.len() + 1..]);
+    redquorum::config::validate_token(library_token)?;
     let inner = match (tag(kind), found) {
         (None, None) => Some(token),
         (Some(tag), Some(_)) => token.strip_prefix(tag.as_str()),
@@ -161,13 +166,16 @@ pub(crate) fn inward<'t>(kind: &LockKind, token: &'t str) -> Result<&'t str, Api
     })
 }
 
-/// The kind a token says it is of (`read`, `semaphore.3`, ...), or `None` for a mutex's.
+/// The kind a token says it is of (`read`, `semaphore.3`, ...), or `None` for a mutex's (or
+/// for a kind the API never hands out, such as a semaphore of 0 permits).
 fn token_kind(token: &str) -> Option<&str> {
     let (head, _) = token.split_once(':')?;
     let known = KINDS[1..].contains(&head)
         || head
             .strip_prefix("semaphore.")
-            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+            .filter(|p| p.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|p| p.parse::<u32>().ok())
+            .is_some_and(|permits| (1..=limits::MAX_PERMITS).contains(&permits));
     known.then_some(head)
 }
 
@@ -234,6 +242,8 @@ mod tests {
 
     #[test]
     fn tokens_carry_their_kind() {
+        const RANDOM: &str = "0123456789abcdef0123456789abcdef";
+        let handed_over = format!("0123abcd.7/{RANDOM}");
         let owner = LockKind::Reentrant(Owner::from_id("o").unwrap());
         for kind in [
             LockKind::Mutex,
@@ -242,22 +252,40 @@ mod tests {
             LockKind::Write,
             LockKind::semaphore(3),
         ] {
-            let token = outward(&kind, "0123abcd.7/ffee");
-            assert_eq!(inward(&kind, &token).unwrap(), "0123abcd.7/ffee");
+            for library_token in [RANDOM, handed_over.as_str()] {
+                let token = outward(&kind, library_token);
+                assert_eq!(inward(&kind, &token).unwrap(), library_token);
+            }
         }
         assert_eq!(outward(&LockKind::Read, "ab"), "read:ab");
         assert_eq!(outward(&LockKind::semaphore(2), "ab"), "semaphore.2:ab");
-        assert_eq!(code(inward(&LockKind::Write, "read:ab")), "wrong_kind");
-        assert_eq!(code(inward(&LockKind::Mutex, "read:ab")), "wrong_kind");
-        assert_eq!(code(inward(&LockKind::Read, "abcdef")), "wrong_kind");
+        let read = format!("read:{RANDOM}");
+        let semaphore_of_2 = format!("semaphore.2:{RANDOM}");
+        assert_eq!(code(inward(&LockKind::Write, &read)), "wrong_kind");
+        assert_eq!(code(inward(&LockKind::Mutex, &read)), "wrong_kind");
+        assert_eq!(code(inward(&LockKind::Read, RANDOM)), "wrong_kind");
         assert_eq!(
-            code(inward(&LockKind::semaphore(3), "semaphore.2:ab")),
+            code(inward(&LockKind::semaphore(3), &semaphore_of_2)),
             "wrong_kind"
         );
         let message = format!(
             "{:?}",
-            inward(&LockKind::Read, "semaphore.2:ab").unwrap_err()
+            inward(&LockKind::Read, &semaphore_of_2).unwrap_err()
         );
         assert!(message.contains("semaphore's of 2 permits"), "{message}");
+        // A token of a shape never handed out is that, whatever kind it is given with or says
+        // it is of: not a token of another kind.
+        for made_up in [
+            "made-up",
+            "read:made-up",
+            "semaphore.0:0123456789abcdef0123456789abcdef",
+            "semaphore.1025:0123456789abcdef0123456789abcdef",
+            "mutex:0123456789abcdef0123456789abcdef",
+            "",
+        ] {
+            for kind in [LockKind::Mutex, LockKind::Read, LockKind::semaphore(1)] {
+                assert_eq!(code(inward(&kind, made_up)), "invalid_token", "{made_up:?}");
+            }
+        }
     }
 }

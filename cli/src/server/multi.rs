@@ -114,9 +114,14 @@ fn kind_and_tokens(body: &Fields) -> Result<(LockKind, Vec<(String, String)>), A
             ),
         ));
     }
+    // Every name and token is checked before any is used: the names are extended or released
+    // one by one, and a bad one found by the library would leave the others done.
     let tokens = tokens
         .into_iter()
-        .map(|(name, token)| Ok((name, inward(&kind, &token)?.to_owned())))
+        .map(|(name, token)| {
+            redquorum::config::validate_name(&name)?;
+            Ok((name, inward(&kind, &token)?.to_owned()))
+        })
         .collect::<Result<Vec<_>, ApiError>>()?;
     Ok((kind, tokens))
 }
