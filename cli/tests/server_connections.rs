@@ -406,3 +406,51 @@ async fn comes_to(nodes: &LocalNodes, places_each: usize, a_free_on: usize) -> R
         common::nodes_holding(nodes, "a-free").await
     ))
 }
+
+/// A chunked body is read as any other: over the limit it is `413 body_too_large`, and broken
+/// (a chunk size that is not hex) it is `400 invalid_body`. Every failure to read a body was
+/// answered `413 body_too_large`, a 2-byte broken one too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunked_body_is_refused_for_what_is_wrong_with_it() {
+    let nodes = common::nodes(3);
+    let (addr, stop, task) =
+        http_common::spawn_server(common::patient_client(&nodes), ConnectionLimits::default())
+            .await;
+    let chunked = |path: &str, chunks: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{chunks}"
+        )
+    };
+    let exchange = |request: String| async move {
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        answer_within(&mut conn, Duration::from_secs(5)).await
+    };
+
+    let fields = r#"{"ttl_ms": 10000}"#;
+    let served = exchange(chunked(
+        "/v1/locks/chunked",
+        &format!("{:x}\r\n{fields}\r\n0\r\n\r\n", fields.len()),
+    ))
+    .await;
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+
+    let broken = exchange(chunked("/v1/locks/broken", "zz\r\n{}\r\n0\r\n\r\n")).await;
+    assert!(broken.starts_with("HTTP/1.1 400"), "{broken}");
+    assert!(broken.contains(r#""error":"invalid_body""#), "{broken}");
+
+    let chunk = " ".repeat(4096);
+    let first = format!("{:x}\r\n{fields}\r\n", fields.len());
+    let filler = format!("{:x}\r\n{chunk}\r\n", chunk.len()).repeat(5);
+    let over = format!("{first}{filler}0\r\n\r\n");
+    let too_large = exchange(chunked("/v1/locks/too-large", &over)).await;
+    assert!(too_large.starts_with("HTTP/1.1 413"), "{too_large}");
+    assert!(
+        too_large.contains(r#""error":"body_too_large""#),
+        "{too_large}"
+    );
+    assert_eq!(common::nodes_holding(&nodes, "broken").await, 0);
+    assert_eq!(common::nodes_holding(&nodes, "too-large").await, 0);
+    stop.cancel();
+    stopped_within_5_s(task).await;
+}

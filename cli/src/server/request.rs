@@ -59,7 +59,7 @@ impl<S: Send + Sync> FromRequest<S> for Fields {
                     ),
                 )
             })?
-            .map_err(|_| too_large())?;
+            .map_err(unreadable)?;
         // Refused after the body is read, so that the connection stays usable. A field given
         // in the query would otherwise be ignored, and `?ttl_ms=100` take a lock of the default
         // TTL without a word.
@@ -90,6 +90,19 @@ impl<S: Send + Sync> FromRequest<S> for Fields {
             )),
         }
     }
+}
+
+/// Why a body could not be read: over [`MAX_BODY_BYTES`], or broken on the way (a malformed
+/// chunked encoding, a connection closed before the body's end).
+fn unreadable(e: axum::Error) -> ApiError {
+    let e = e.into_inner();
+    if e.is::<http_body_util::LengthLimitError>() {
+        return too_large();
+    }
+    ApiError::bad_request(
+        "invalid_body",
+        format!("the request body could not be read: {e}"),
+    )
 }
 
 /// A body over [`MAX_BODY_BYTES`], declared so or sent.
