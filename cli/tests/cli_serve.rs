@@ -230,3 +230,69 @@ async fn serve_dev_without_redis_server_says_how_to_install_it() {
         );
     }
 }
+
+/// How many clients `master` has connected, as its `INFO clients` says.
+async fn connected_clients(nodes: &redquorum_testkit::LocalNodes, master: usize) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(&mut common::raw(nodes, master).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap()
+}
+
+/// `serve` connects to its masters as it starts, before any request, and says which cannot be
+/// used: the first request does not pay for the connections (with a short TTL, a per-node
+/// deadline of a few milliseconds that a connect could overrun), and a master that is down is
+/// in the log at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_connects_to_its_masters_before_the_first_request() {
+    let nodes = common::nodes(3);
+    // The test's own connection, made for each reading, is one of those counted.
+    let before: Vec<u64> =
+        futures::future::join_all((0..3).map(|i| connected_clients(&nodes, i))).await;
+    let down = "redis://127.0.0.1:1";
+    let urls = format!("{},{down}", nodes.urls().join(","));
+    let mut server = start(&[
+        "serve",
+        "--nodes",
+        &urls,
+        "--quarantine",
+        "0s",
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let pid = server.id().unwrap();
+    let (_addr, log) = serving_address_and_log(&mut server, Duration::from_secs(60)).await;
+    for (i, before) in before.into_iter().enumerate() {
+        assert!(
+            common::eventually(Duration::from_secs(10), || async {
+                connected_clients(&nodes, i).await > before
+            })
+            .await,
+            "master {i}: no connection from serve before any request"
+        );
+    }
+    sigterm(pid);
+    tokio::time::timeout(Duration::from_secs(10), server.wait())
+        .await
+        .expect("exited")
+        .unwrap();
+    let lines = tokio::time::timeout(Duration::from_secs(5), log)
+        .await
+        .expect("the log ended")
+        .unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("master not usable at start") && l.contains("127.0.0.1:1")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("3 of 4 masters usable")),
+        "{lines:#?}"
+    );
+}

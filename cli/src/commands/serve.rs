@@ -175,6 +175,11 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
             "try: curl -s -X POST http://{addr}/v1/locks/demo -d '{{\"ttl_ms\": 30000}}'"
         );
     }
+    // Connections are made when first used: opened now, in the background, the first requests
+    // do not pay for them (a short TTL leaves a per-node deadline of a few milliseconds, which a
+    // connect and the reading of a master's identity can overrun), and the log tells at once
+    // which masters cannot be reached.
+    tokio::spawn(open_connections(client.clone()));
     let shutdown = async {
         stop_requested().await;
     };
@@ -187,6 +192,20 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
     drop(dev_nodes);
     tracing::info!("stopped");
     EXIT_OK
+}
+
+/// Reads every master once, which connects to each, and logs those that cannot be used.
+async fn open_connections(client: redquorum::Client) {
+    let health = client.node_health().await;
+    for node in health.iter().filter(|node| !node.usable) {
+        let why = node.error.as_deref().unwrap_or("it cannot vote now");
+        tracing::warn!(
+            node = node.node.as_str(),
+            "master not usable at start: {why}"
+        );
+    }
+    let usable = health.iter().filter(|node| node.usable).count();
+    tracing::info!("{usable} of {} masters usable", health.len());
 }
 
 /// The bearer token: REDQUORUM_AUTH_TOKEN, else the file's contents; `None` for none.
