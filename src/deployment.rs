@@ -23,7 +23,7 @@ use std::sync::Arc;
 use crate::cluster::Cluster;
 use crate::error::{NodeFailureKind, Operation};
 use crate::fanout::{Answer, fan_out};
-use crate::node::DeploymentState;
+use crate::node::{DeploymentState, Node};
 use crate::quorum::{Decision, quorum};
 
 /// Bytes of randomness in a new deployment's id (hex-encoded).
@@ -93,6 +93,26 @@ pub(crate) fn plan(
     }
 }
 
+/// The readings as the servers behind the nodes give them: one server is one reading, as it is
+/// one vote. A node found to be the same server as another is left out (two addresses of one
+/// master, both unmarked, would count twice towards taking a loss of data for a new
+/// deployment), and, where votes are verified, a node whose server was not read is taken as
+/// silent: it might be another's alias.
+fn by_server(
+    nodes: &[Node],
+    readings: &[Option<Answer<DeploymentState>>],
+) -> Vec<Option<Answer<DeploymentState>>> {
+    nodes
+        .iter()
+        .zip(readings)
+        .filter_map(|(node, reading)| match node.vote_counts(None) {
+            Err(NodeFailureKind::SameServer(_)) => None,
+            Err(NodeFailureKind::Unverified) => Some(None),
+            _ => Some(reading.clone()),
+        })
+        .collect()
+}
+
 impl Cluster {
     /// Reads every master's marker and marks those without one (see the module's docs).
     ///
@@ -115,7 +135,10 @@ impl Cluster {
             |_, _| Decision::Pending,
         )
         .await;
-        let (id, quarantine, longest_ttl) = match plan(&readings, inner.settings.quarantine) {
+        let (id, quarantine, longest_ttl) = match plan(
+            &by_server(&inner.nodes, &readings),
+            inner.settings.quarantine,
+        ) {
             Marking::Nothing => return,
             Marking::New => match new_deployment_id() {
                 Some(id) => (id, Duration::ZERO, Duration::ZERO),
