@@ -70,6 +70,7 @@ pub(super) async fn handed_over(
             // The other nodes' grants may simply not be in yet: their dequeue waits for them.
             q.taken_with = Some(held.token.clone());
             if !others.is_empty() {
+                waiters.gave_back(&q.place.waiter, &others);
                 let _ = cluster.release_grants(&q.keys, others, GiveBack::Silently);
             }
             debug!(
@@ -101,6 +102,7 @@ pub(super) async fn handed_over(
         taken.grants.extend(late);
         taken.grants.extend(waiters.take_grants(&q.place.waiter));
     };
+    waiters.gave_back(&q.place.waiter, &gave_back);
     crate::metrics::handover("given_back");
     debug!(
         grants = gave_back.len(),

@@ -79,7 +79,28 @@ struct Listener {
     waker: Option<Waker>,
     /// Grants heard and not yet taken by the waiter.
     grants: Vec<Grant>,
+    /// `(node, token)` of the grants the waiter gave back: one is heard twice when an attempt
+    /// learned of it (see [`State::add_grants`]) before its message came, and the message,
+    /// however late, must not count again a lock the master no longer holds for the waiter.
+    given_back: VecDeque<(usize, String)>,
 }
+
+impl Listener {
+    /// Adds the grants that are not of a lock the waiter gave back.
+    fn hear(&mut self, grants: impl IntoIterator<Item = Grant>) {
+        let given_back = &self.given_back;
+        self.grants.extend(grants.into_iter().filter(|g| {
+            !given_back
+                .iter()
+                .any(|(n, t)| *n == g.node && *t == g.token)
+        }));
+    }
+}
+
+/// How many given-back grants a waiter remembers (see [`Listener::given_back`]): a give-back
+/// comes only after a handover that fell short of a quorum for a whole per-node deadline, so
+/// this many span far longer than any message is held up.
+const GIVEN_BACK: usize = 1024;
 
 /// A lock a master handed to a waiter of this client that is gone: nobody's lock, to be given
 /// back at once (passing the turn on) rather than left until its TTL.
@@ -335,8 +356,29 @@ impl State {
             return;
         }
         if let Some(listener) = self.listeners().get_mut(waiter) {
-            listener.grants.extend(grants);
+            listener.hear(grants);
         }
+    }
+
+    /// `waiter` gave `grants` back: their messages, or an attempt's answers naming them, are
+    /// no grant any more when they come after this.
+    pub(crate) fn gave_back(&self, waiter: &str, grants: &[Grant]) {
+        let mut listeners = self.listeners();
+        let Some(listener) = listeners.get_mut(waiter) else {
+            return;
+        };
+        for g in grants {
+            if listener.given_back.len() == GIVEN_BACK {
+                listener.given_back.pop_front();
+            }
+            listener.given_back.push_back((g.node, g.token.clone()));
+        }
+        // Heard again since the waiter took them, and not taken yet.
+        listener.grants.retain(|g| {
+            !grants
+                .iter()
+                .any(|b| b.node == g.node && b.token == g.token)
+        });
     }
 
     /// Remembers a handoff token this client now holds a lock with.
@@ -415,7 +457,7 @@ impl State {
                 None => Delivered::Done,
             };
         };
-        listener.grants.extend(grant.map(|(grant, _)| grant));
+        listener.hear(grant.map(|(grant, _)| grant));
         if std::mem::take(&mut listener.listening) {
             listener.woken = true;
             if let Some(waker) = listener.waker.take() {

@@ -97,3 +97,30 @@ fn waiters_that_left_are_forgotten() {
     waiters.deliver("w1", None);
     assert!(waiters.listeners().is_empty());
 }
+
+#[test]
+fn a_grant_given_back_is_no_grant_when_heard_again() {
+    let (waiters, _orphans) = Waiters::new("p:");
+    let on = |node: usize, token: &str| Grant {
+        node,
+        token: token.to_owned(),
+        fence: 7,
+    };
+    let msg = |node: usize, token: &str| Some((on(node, token), "p:lock:x".to_owned()));
+    let _listening = waiters.listen("w1");
+    // An attempt heard of master 0's handover; the waiter took it, fell short of a quorum
+    // and gave it back. Its message, heard meanwhile or late, is no grant; master 1's grant
+    // of the same token, and master 0's of another, are.
+    waiters.add_grants("w1", vec![on(0, "w1/a")]);
+    let taken = waiters.take_grants("w1");
+    waiters.deliver("w1", msg(0, "w1/a"));
+    waiters.gave_back("w1", &taken);
+    assert_eq!(waiters.take_grants("w1"), vec![]);
+    waiters.deliver("w1", msg(0, "w1/a"));
+    waiters.deliver("w1", msg(1, "w1/a"));
+    waiters.add_grants("w1", vec![on(0, "w1/a"), on(0, "w1/b")]);
+    assert_eq!(
+        waiters.take_grants("w1"),
+        vec![on(1, "w1/a"), on(0, "w1/b")]
+    );
+}
