@@ -143,3 +143,42 @@ async fn a_failed_extend_by_token_says_how_long_the_lock_may_last() {
         other => panic!("expected ExtendUncertain, got {other}"),
     }
 }
+
+/// The same for a caller that stops waiting for `Lock::extend` (a timeout or a `select!`
+/// around it): the extend is out on every master, each applies the shorter TTL whenever it
+/// runs it, and the holder's validity must already be no longer than the new TTL allows.
+/// B and C are paused, so that the extend to 300 ms still waits when the caller gives up after
+/// 20 ms; A applies it at once, B and C when they resume, and 300 ms later a rival takes the
+/// lock. The validity was lowered only once the extend returned, so it stayed at 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_shorter_extend_cuts_the_holders_validity() {
+    let nodes = common::nodes(3);
+    let holder = common::client(&nodes);
+    let rival = common::client(&nodes);
+    let mut lock = holder
+        .try_acquire("dropped", &LockOptions::new(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    nodes.pause(1).unwrap();
+    nodes.pause(2).unwrap();
+    let extend_started = Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_millis(20),
+        lock.extend(Duration::from_millis(300)),
+    )
+    .await;
+    assert!(outcome.is_err(), "the caller gave up on the extend");
+    nodes.resume(1).unwrap();
+    nodes.resume(2).unwrap();
+    let second = rival_takes(&rival, "dropped", Duration::from_secs(3))
+        .await
+        .expect("the shortened keys expire and the rival takes the lock");
+    assert!(
+        !lock.is_valid(),
+        "two holders: the rival took the lock {:?} after an extend to 300 ms was sent, while \
+         the first holder's Lock still counts {:?} of validity",
+        extend_started.elapsed(),
+        lock.remaining()
+    );
+    second.release().await.unwrap();
+}

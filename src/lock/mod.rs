@@ -157,10 +157,11 @@ impl Lock {
     /// on a node that has lost it.
     ///
     /// An extend that fails may still have been applied on some nodes, or be applied later by
-    /// a node that runs it late: whatever the outcome, the lock's validity afterwards is at
-    /// most the new TTL counted from the start of the call (less the drift allowance), so a
-    /// failed extend to a shorter TTL shortens [`Lock::valid_until`] too. A longer TTL that
-    /// fails leaves the validity as it was.
+    /// a node that runs it late: whatever the outcome, the lock's validity is at most the new
+    /// TTL counted from the start of the call (less the drift allowance), from the moment the
+    /// call starts, so a failed extend to a shorter TTL, or one whose future is dropped before
+    /// it ends, shortens [`Lock::valid_until`] too. A longer TTL that fails leaves the validity
+    /// as it was.
     ///
     /// # Errors
     ///
@@ -176,6 +177,11 @@ impl Lock {
                 name: self.name.clone(),
             });
         }
+        // Lowered before the extend is sent, not once it returns: a caller that stops waiting
+        // (a timeout drops this future) must not keep the validity of before, while masters
+        // apply the shorter TTL.
+        let new_ttl_ends = Instant::now() + ttl - self.cluster.settings.drift(ttl);
+        self.valid_until = self.valid_until.min(new_ttl_ends);
         let extended = extend_key(
             &self.cluster,
             &self.name,
