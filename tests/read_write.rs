@@ -375,6 +375,85 @@ async fn an_extend_by_token_gives_the_readers_own_fence() {
     }
 }
 
+/// A reader's masters that record different tokens for it (a writer's failed attempt raised
+/// one master's counter, from a client that had proposed high on another name), one of them
+/// silent during an extend by token: no quorum agrees on the reader's token, and the extend
+/// reported the highest it heard, the raised counter, above the token of a writer that came
+/// after the reader. It reports the lowest: below every later writer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extend_by_token_that_hears_no_quorum_agree_reports_below_later_writers() {
+    let nodes = common::nodes(3);
+    let build = |reach: &[usize]| reaching(&nodes, reach).fence_clock(false).build().unwrap();
+    let client = build(&[0, 1, 2]);
+    common::kinds::warm(&client).await;
+    client
+        .try_acquire("apart", &write(2_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // X has held another name many times: it proposes above those tokens.
+    let x = build(&[0, 1, 2]);
+    for _ in 0..20 {
+        x.try_acquire("elsewhere", &write(2_000))
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+    // A reader on masters 1 and 2 only: X's writer is refused there, granted on master 0 and
+    // given back, which leaves master 0's counter above the others'.
+    let blocker = build(&[1, 2])
+        .try_acquire("apart", &read(5_000))
+        .await
+        .unwrap();
+    assert!(x.try_acquire("apart", &write(2_000)).await.is_err());
+    blocker.release().await.unwrap();
+    let reader = client.try_acquire("apart", &read(10_000)).await.unwrap();
+    assert!(
+        common::eventually(Duration::from_secs(2), || async {
+            let mut on = 0;
+            for i in 0..3 {
+                on += usize::from(
+                    holders(&nodes, i, "rw", "apart")
+                        .await
+                        .iter()
+                        .any(|(m, _)| !m.starts_with('#')),
+                );
+            }
+            on == 3
+        })
+        .await,
+        "the reader holds on every master"
+    );
+    nodes.pause(2).unwrap();
+    let extended = client
+        .extend_token_as(
+            "apart",
+            &LockKind::Read,
+            reader.token(),
+            Duration::from_secs(10),
+        )
+        .await;
+    nodes.resume(2).unwrap();
+    let reported = extended.unwrap().fence();
+    let own = reader.fence();
+    reader.release().await.unwrap();
+    let later = build(&[1, 2])
+        .try_acquire("apart", &write(2_000))
+        .await
+        .unwrap();
+    assert!(
+        reported < later.fence(),
+        "the reader's token as the extend reported it, {reported}, is not below the later \
+         writer's {} (the reader's own: {})",
+        later.fence(),
+        own
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_that_gives_up_its_wait_lets_new_readers_in() {
     let nodes = common::nodes(3);

@@ -184,10 +184,15 @@ fn holder_fence(kind: &LockKind, fences: &[u64], quorum: usize) -> u64 {
 
 /// A reader's fencing token: the one a quorum of its masters recorded, which is the one its
 /// acquire took (see `lock::fence`); the masters outside that quorum may have recorded
-/// another, higher or lower. When the answers show no quorum agreeing (masters that did
-/// not answer), the highest, as the counters would say.
+/// another, higher or lower. When the answers show no quorum agreeing (masters that did not
+/// answer), the lowest. One of the masters that answered is of the reader's quorum and has its
+/// token, and every later writer's token is above that, so the lowest is below every later
+/// writer's too, which is what fencing needs. The highest could be a counter that a writer's
+/// failed attempt raised on one master, above the token of a writer that came after the
+/// reader. The lowest may be below an earlier writer's token: a fenced resource then refuses
+/// the reader, the safe side.
 fn reader_fence(fences: &[u64], quorum: usize) -> u64 {
-    agreed_by_quorum(fences, quorum).unwrap_or_else(|| fences.iter().copied().max().unwrap_or(0))
+    agreed_by_quorum(fences, quorum).unwrap_or_else(|| fences.iter().copied().min().unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -203,6 +208,9 @@ mod tests {
         // A reader: the token of a quorum, whatever the others recorded.
         assert_eq!(holder_fence(&LockKind::Read, &[8, 4, 4], 2), 4);
         assert_eq!(holder_fence(&LockKind::Read, &[4, 2, 8, 4, 4], 3), 4);
-        assert_eq!(holder_fence(&LockKind::Read, &[4, 8], 2), 8);
+        // No quorum agrees (a master did not answer): the lowest, which no later writer's
+        // token is below.
+        assert_eq!(holder_fence(&LockKind::Read, &[4, 8], 2), 4);
+        assert_eq!(holder_fence(&LockKind::Read, &[23, 2], 2), 2);
     }
 }
