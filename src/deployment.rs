@@ -49,7 +49,9 @@ pub(crate) enum Marking {
 }
 
 /// Decides what to do from every master's reading (`None` or an error: it did not answer).
-/// `quarantine` is the client's own setting, if any.
+/// `quarantine` is the client's own setting, if any. A master lost its data when it carries no
+/// marker, or one made for an earlier process while it does not keep every write (see
+/// [`DeploymentState::restarted`]).
 pub(crate) fn plan(
     readings: &[Option<Answer<DeploymentState>>],
     quarantine: Option<Duration>,
@@ -58,9 +60,10 @@ pub(crate) fn plan(
         .iter()
         .filter_map(|r| r.as_ref()?.as_ref().ok())
         .collect();
-    if !answered.iter().any(|s| s.marker.is_none()) {
+    if !answered.iter().any(|s| s.lost_data()) {
         return Marking::Nothing;
     }
+    // A master back from older data still has the marker: the deployment was in use.
     let Some(id) = answered.iter().find_map(|s| s.marker.clone()) else {
         return if answered.len() >= quorum(readings.len()) {
             Marking::New
@@ -69,23 +72,24 @@ pub(crate) fn plan(
         };
     };
     // Every master that grants a lock records its TTL, so each lock that may still be held
-    // left its TTL on a quorum, which may have lost no more than the masters now unmarked.
-    // More than `n - quorum` marked masters always include one of that quorum that kept its
-    // data: then the longest TTL among them covers every lock. With fewer marked masters read
-    // and some masters not read, wait (the unmarked ones grant nothing meanwhile) until more
-    // answer; that many masters out leaves no quorum to serve anyway. With every master read,
-    // a majority has lost its data, which no Redlock survives: the longest TTL recorded is
-    // the best there is.
-    let marked: Vec<&&DeploymentState> = answered.iter().filter(|s| s.marker.is_some()).collect();
+    // left its TTL on a quorum, which may have lost no more than the masters that lost their
+    // data. More than `n - quorum` masters that kept it always include one of that quorum:
+    // then the longest TTL among them covers every lock. With fewer of them read and some
+    // masters not read, wait (the others grant nothing, or their votes do not count,
+    // meanwhile) until more answer; that many masters out leaves no quorum to serve anyway.
+    // With every master read, a majority has lost its data, which no Redlock survives: the
+    // longest TTL recorded is the best there is.
+    let kept: Vec<&&DeploymentState> = answered.iter().filter(|s| !s.lost_data()).collect();
     let n = readings.len();
-    if marked.len() < n - quorum(n) + 1 && answered.len() < n {
+    if kept.len() < n - quorum(n) + 1 && answered.len() < n {
         return Marking::Nothing;
     }
-    let longest_ttl = marked
-        .iter()
-        .map(|s| s.longest_ttl)
-        .max()
-        .unwrap_or_default();
+    let longest_ttl = if kept.is_empty() {
+        answered.iter().map(|s| s.longest_ttl).max()
+    } else {
+        kept.iter().map(|s| s.longest_ttl).max()
+    }
+    .unwrap_or_default();
     Marking::Lost {
         id,
         quarantine: quarantine.unwrap_or(longest_ttl),
@@ -113,6 +117,29 @@ fn by_server(
         .collect()
 }
 
+/// Each node's reading, with [`DeploymentState::restarted`] set from what the client read of
+/// the node's process.
+fn with_restarts(
+    nodes: &[Node],
+    readings: Vec<Option<Answer<DeploymentState>>>,
+) -> Vec<Option<Answer<DeploymentState>>> {
+    nodes
+        .iter()
+        .zip(readings)
+        .map(|(node, reading)| {
+            reading.map(|answer| {
+                answer.map(|mut state| {
+                    state.restarted = state.marked_run.is_some() && node.restarted_since_marked();
+                    state
+                })
+            })
+        })
+        .collect()
+}
+
+/// What one node is marked with: the deployment's id, its quarantine, and the longest TTL.
+type MarkWith = (String, Duration, Duration);
+
 impl Cluster {
     /// Reads every master's marker and marks those without one (see the module's docs).
     ///
@@ -135,27 +162,37 @@ impl Cluster {
             |_, _| Decision::Pending,
         )
         .await;
-        let (id, quarantine, longest_ttl) = match plan(
+        let readings = with_restarts(&inner.nodes, readings);
+        let lost = match plan(
             &by_server(&inner.nodes, &readings),
             inner.settings.quarantine,
         ) {
-            Marking::Nothing => return,
-            Marking::New => match new_deployment_id() {
-                Some(id) => (id, Duration::ZERO, Duration::ZERO),
-                None => return,
-            },
+            Marking::Nothing => None,
+            Marking::New => new_deployment_id().map(|id| (id, Duration::ZERO, Duration::ZERO)),
             Marking::Lost {
                 id,
                 quarantine,
                 longest_ttl,
-            } => (id, quarantine, longest_ttl),
+            } => Some((id, quarantine, longest_ttl)),
         };
-        let unmarked: Vec<usize> = readings
+        // The masters that lost their data, to mark as the plan says; and those whose marker
+        // records no process (made before that was recorded), whose process now read is taken
+        // as the marked one, with no quarantine.
+        let marks: Vec<Option<MarkWith>> = readings
             .iter()
-            .enumerate()
-            .filter(|(_, r)| matches!(r, Some(Ok(s)) if s.marker.is_none()))
-            .map(|(i, _)| i)
+            .zip(&inner.nodes)
+            .map(|(reading, node)| match reading {
+                Some(Ok(state)) if state.lost_data() => lost.clone(),
+                Some(Ok(state)) if state.marked_run.is_none() && node.restarted_since_marked() => {
+                    let id = state.marker.clone()?;
+                    Some((id, Duration::ZERO, Duration::ZERO))
+                }
+                _ => None,
+            })
             .collect();
+        if marks.iter().all(Option::is_none) {
+            return;
+        }
         // Its own deadline: reading waited out the masters that did not answer.
         let deadline = Instant::now() + inner.settings.node_timeout.max(MARKING_DEADLINE_MIN);
         let marked = fan_out(
@@ -163,11 +200,11 @@ impl Cluster {
             Operation::Inspect,
             deadline,
             |i| {
-                let (inner, id, selected) = (inner.clone(), id.clone(), unmarked.contains(&i));
+                let (inner, with) = (inner.clone(), marks[i].clone());
                 async move {
-                    if !selected {
+                    let Some((id, quarantine, longest_ttl)) = with else {
                         return Ok(false);
-                    }
+                    };
                     inner.nodes[i]
                         .mark(inner.deployment_keys.all(), &id, quarantine, longest_ttl)
                         .await
@@ -178,6 +215,9 @@ impl Cluster {
         .await;
         for (i, answer) in marked.iter().enumerate() {
             let node = inner.nodes[i].addr();
+            let Some((id, quarantine, _)) = &marks[i] else {
+                continue;
+            };
             match answer {
                 Some(Ok(true)) if quarantine.is_zero() => {
                     info!(node, deployment = %id, "master marked as part of the deployment");
@@ -185,12 +225,10 @@ impl Cluster {
                 Some(Ok(true)) => warn!(
                     node,
                     deployment = %id,
-                    quarantine = %humantime::format_duration(quarantine),
+                    quarantine = %humantime::format_duration(*quarantine),
                     "master lost its data while the deployment was in use; quarantined until every lock it may have granted has expired"
                 ),
-                Some(Err(e)) if unmarked.contains(&i) => {
-                    warn!(node, "could not mark the master: {e}");
-                }
+                Some(Err(e)) => warn!(node, "could not mark the master: {e}"),
                 _ => {}
             }
         }
@@ -246,7 +284,19 @@ mod tests {
             marker: marker.map(str::to_owned),
             longest_ttl: longest * S,
             quarantined_for: None,
+            marked_run: marker.map(|_| "r1".to_owned()),
+            restarted: false,
         }))
+    }
+
+    /// A master that carries the marker, made for an earlier process: it came back from older
+    /// data, recording the longest TTL of then.
+    fn restarted(marker: &str, longest: u32) -> Option<Answer<DeploymentState>> {
+        let mut reading = state(Some(marker), longest);
+        if let Some(Ok(state)) = &mut reading {
+            state.restarted = true;
+        }
+        reading
     }
 
     fn down() -> Option<Answer<DeploymentState>> {
@@ -306,6 +356,28 @@ mod tests {
             plan(&majority, None),
             Marking::Lost { quarantine, .. } if quarantine == 30 * S
         ));
+        // A master back from a snapshot has the marker, and lost its data all the same: it is
+        // quarantined for the longest TTL the others record, never taken for a new deployment.
+        let restored = [
+            state(Some("d1"), 30),
+            restarted("d1", 10),
+            state(Some("d1"), 20),
+        ];
+        assert_eq!(
+            plan(&restored, None),
+            Marking::Lost {
+                id: "d1".into(),
+                quarantine: 30 * S,
+                longest_ttl: 30 * S,
+            }
+        );
+        let all_restored = [restarted("d1", 10), restarted("d1", 20), restarted("d1", 5)];
+        assert!(matches!(
+            plan(&all_restored, None),
+            Marking::Lost { quarantine, .. } if quarantine == 20 * S
+        ));
+        let one_read = [restarted("d1", 10), state(Some("d1"), 30), down()];
+        assert_eq!(plan(&one_read, None), Marking::Nothing);
         // Nothing lost, nothing to do.
         assert_eq!(
             plan(&[state(Some("d1"), 30), state(Some("d1"), 30)], None),

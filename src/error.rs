@@ -54,7 +54,9 @@ pub enum NodeFailureKind {
     Quarantined(Duration),
     /// The node carries no deployment marker: it is new, or lost its data. It grants nothing
     /// until a client has marked it, which the client does at once, in quarantine if other
-    /// nodes show that the deployment was in use.
+    /// nodes show that the deployment was in use. Also a node that does not keep every write
+    /// and carries a marker made for an earlier process (it came back from older data, a
+    /// snapshot): its votes do not count until it is marked again.
     Unmarked,
     /// The client requires durable nodes and this one does not run AOF with `appendfsync always`.
     NotDurable,
@@ -91,7 +93,7 @@ impl fmt::Display for NodeFailureKind {
                 ))
             ),
             NodeFailureKind::Unmarked => f.write_str(
-                "carries no deployment marker (new, restarted without persistence, or flushed); it grants nothing until it is marked",
+                "carries no deployment marker for the process it is now (new, restarted without persistence or from an older snapshot, or flushed); it is not counted until it is marked",
             ),
             NodeFailureKind::NotDurable => {
                 f.write_str("not durable (needs appendonly yes and appendfsync always), and durable nodes are required")

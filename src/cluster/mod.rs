@@ -87,8 +87,10 @@ impl Cluster {
         } else {
             None
         };
+        let deployment_keys = Arc::new(DeploymentKeys::new(&settings.key_prefix));
         let shared = Shared {
             tls,
+            deployment: deployment_keys.clone(),
             ..Shared::default()
         };
         for url in urls {
@@ -108,7 +110,7 @@ impl Cluster {
         Ok(Arc::new(Cluster {
             nodes,
             waiters,
-            deployment_keys: Arc::new(DeploymentKeys::new(&settings.key_prefix)),
+            deployment_keys,
             marking: MarkingRequests::default(),
             marking_turn: tokio::sync::Mutex::new(()),
             settings,

@@ -333,54 +333,69 @@ impl Node {
         }
     }
 
-    /// What the node knows of its deployment: its marker, the longest TTL asked for on it, and
-    /// its quarantine.
+    /// What the node knows of its deployment: its marker, the longest TTL asked for on it, its
+    /// quarantine, and the process it was marked for.
     pub(crate) async fn deployment(
         &self,
-        keys: [&str; 3],
+        keys: [&str; 4],
     ) -> std::result::Result<DeploymentState, NodeFailureKind> {
         let (value, _) = self
             .eval(Operation::Inspect, &SCRIPTS.deployment, &keys, |_| {})
             .await?;
+        let text =
+            |bytes: &[u8]| (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes).into_owned());
         let state = match &value {
             Value::Array(items) => match items.as_slice() {
                 [
                     Value::BulkString(marker),
                     Value::Int(longest),
                     Value::Int(pttl),
+                    Value::BulkString(marked_run),
                 ] => DeploymentState {
-                    marker: (!marker.is_empty())
-                        .then(|| String::from_utf8_lossy(marker).into_owned()),
+                    marker: text(marker),
                     longest_ttl: Duration::from_millis(non_negative(*longest)),
                     quarantined_for: u64::try_from(*pttl)
                         .ok()
                         .filter(|ms| *ms > 0)
                         .map(Duration::from_millis),
+                    marked_run: text(marked_run),
+                    restarted: false,
                 },
                 _ => return Err(unexpected("deployment", &value)),
             },
             _ => return Err(unexpected("deployment", &value)),
         };
         self.saw_deployment(state.marker.is_some(), state.quarantined_for);
+        self.saw_marked_run(state.marked_run.clone());
         Ok(state)
     }
 
     /// Marks the node as part of deployment `id`, quarantined for `quarantine` (zero: not at
-    /// all), recording `longest_ttl`; whether it was marked now (`false`: it already was).
+    /// all), recording `longest_ttl` and the process the client read the node to be; whether it
+    /// was marked now (`false`: it already was, for that process).
     pub(crate) async fn mark(
         &self,
-        keys: [&str; 3],
+        keys: [&str; 4],
         id: &str,
         quarantine: Duration,
         longest_ttl: Duration,
     ) -> std::result::Result<bool, NodeFailureKind> {
+        let run_id = self.run_id().unwrap_or_default();
         let (value, _) = self
             .eval(Operation::Inspect, &SCRIPTS.mark, &keys, |c| {
-                c.arg(id).arg(millis(quarantine)).arg(millis(longest_ttl));
+                c.arg(id)
+                    .arg(millis(quarantine))
+                    .arg(millis(longest_ttl))
+                    .arg(run_id.as_str());
             })
             .await?;
         match value {
-            Value::Int(n) => Ok(n == 1),
+            Value::Int(n) => {
+                if !run_id.is_empty() {
+                    self.saw_marked_run(Some(run_id));
+                }
+                Ok(n == 1)
+            }
             other => Err(unexpected("mark", &other)),
         }
     }

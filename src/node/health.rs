@@ -60,6 +60,9 @@ pub(super) struct Health {
     same_server_as: Option<String>,
     /// Whether the node carried the marker, as last seen.
     pub(super) marked: Option<bool>,
+    /// The process the marker was made for (`run_id`), as last seen; `None` with the marker:
+    /// none was recorded (a marker older than that record).
+    marked_run: Option<String>,
     /// Until when the node said it is quarantined, as last seen.
     quarantined_until: Option<Instant>,
 }
@@ -67,6 +70,20 @@ pub(super) struct Health {
 impl Health {
     fn durable(&self) -> bool {
         is_durable(self.aof_enabled, self.appendfsync.as_deref())
+    }
+
+    /// Whether the node carries a marker that was not made for the process it is now read to
+    /// be, while it does not keep every write: it came back from older data (a snapshot, or
+    /// AOF that is not fsynced at every write) and may have lost locks it granted since, so
+    /// its votes do not count until it is marked again, in quarantine. A marker with no
+    /// process recorded is marked again (for this process, with no quarantine) first.
+    fn restarted_since_marked(&self) -> bool {
+        self.marked == Some(true)
+            && !self.durable()
+            && self
+                .run_id
+                .as_ref()
+                .is_some_and(|now| self.marked_run.as_ref() != Some(now))
     }
 }
 
@@ -107,10 +124,30 @@ impl Node {
         if self.settings.require_durable && !health.durable() {
             return Err(NodeFailureKind::NotDurable);
         }
+        if self.settings.verify_votes && health.restarted_since_marked() {
+            return Err(NodeFailureKind::Unmarked);
+        }
         Ok(())
     }
 
-    /// Stores a health reading from the replies to [`probe_pipeline`].
+    /// Whether the node, which does not keep every write, carries a marker made for another
+    /// process than the one last read (or one recording no process): see
+    /// `Health::restarted_since_marked`.
+    pub(crate) fn restarted_since_marked(&self) -> bool {
+        self.health().restarted_since_marked()
+    }
+
+    /// The `run_id` of the node's process, as last read.
+    pub(crate) fn run_id(&self) -> Option<String> {
+        self.health().run_id.clone()
+    }
+
+    /// Books the process the node's marker was made for, as the node said.
+    pub(super) fn saw_marked_run(&self, run_id: Option<String>) {
+        self.health().marked_run = run_id;
+    }
+
+    /// Stores a health reading from the replies to [`Node::probe_pipeline`].
     pub(super) fn record_probe(&self, link: LinkId, replies: &[Value]) {
         let info = Info::from_reply(replies.first());
         let field = |name: &str| info.field(name);
@@ -121,6 +158,16 @@ impl Node {
         let run_id = field("run_id");
         let aof_enabled = field("aof_enabled").map(|v| v == "1");
         let appendfsync = replies.get(1).and_then(config_value);
+        let deployment = match replies.get(2) {
+            Some(Value::Array(read)) => Some((
+                matches!(read.first(), Some(Value::BulkString(_))),
+                match read.get(1) {
+                    Some(Value::BulkString(run)) => Some(String::from_utf8_lossy(run).into_owned()),
+                    _ => None,
+                },
+            )),
+            _ => None,
+        };
         let mut health = self.health();
         if uptime.is_none() {
             health.error = Some("INFO did not report uptime_in_seconds".to_owned());
@@ -146,6 +193,10 @@ impl Node {
         health.run_id = run_id;
         health.aof_enabled = aof_enabled;
         health.appendfsync = appendfsync;
+        if let Some((marked, marked_run)) = deployment {
+            health.marked = Some(marked);
+            health.marked_run = marked_run;
+        }
         health.error = None;
         let durable = health.durable();
         self.metrics.reachable();
@@ -180,7 +231,7 @@ impl Node {
     pub(crate) async fn probe(&self) -> std::result::Result<(), NodeFailureKind> {
         let (link, conn) = self.connect();
         match conn
-            .send_pipeline(Operation::Inspect, &probe_pipeline(), 2)
+            .send_pipeline(Operation::Inspect, &self.probe_pipeline(), PROBE_REPLIES)
             .await
         {
             Ok(values) => {
@@ -206,30 +257,48 @@ impl Node {
             aof_enabled: health.aof_enabled,
             appendfsync: health.appendfsync.clone(),
             durable,
-            marked: health.marked,
+            // Marked for another process: it is to be marked again, as if it carried none.
+            marked: health
+                .marked
+                .map(|marked| marked && !health.restarted_since_marked()),
             usable: health.error.is_none()
                 && health.same_server_as.is_none()
                 && quarantined_for.is_none()
-                && (durable || !self.settings.require_durable),
+                && (durable || !self.settings.require_durable)
+                && !(self.settings.verify_votes && health.restarted_since_marked()),
             quarantined_for,
         }
     }
 }
 
-/// `INFO server persistence` and `CONFIG GET appendfsync`, in that order.
-pub(super) fn probe_pipeline() -> redis::Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.add_command(
-        redis::cmd("INFO")
-            .arg("server")
-            .arg("persistence")
-            .to_owned(),
-    );
-    pipe.add_command(
-        redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("appendfsync")
-            .to_owned(),
-    );
-    pipe
+/// How many replies [`Node::probe_pipeline`] has.
+pub(super) const PROBE_REPLIES: usize = 3;
+
+impl Node {
+    /// `INFO server persistence`, `CONFIG GET appendfsync`, and the deployment's marker with
+    /// the process it was made for, in that order: who the node is, whether it keeps every
+    /// write, and whether it is still the process it was marked as.
+    pub(super) fn probe_pipeline(&self) -> redis::Pipeline {
+        let mut pipe = redis::pipe();
+        pipe.add_command(
+            redis::cmd("INFO")
+                .arg("server")
+                .arg("persistence")
+                .to_owned(),
+        );
+        pipe.add_command(
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("appendfsync")
+                .to_owned(),
+        );
+        let keys = &self.shared.deployment;
+        pipe.add_command(
+            redis::cmd("MGET")
+                .arg(&keys.marker)
+                .arg(&keys.marked_run)
+                .to_owned(),
+        );
+        pipe
+    }
 }

@@ -72,6 +72,16 @@ pub(crate) struct DeploymentKeys {
     pub(crate) longest_ttl: String,
     /// `{prefix}quarantine`: present, with its TTL, while the node is quarantined.
     pub(crate) quarantine: String,
+    /// `{prefix}marked-run`: the `run_id` of the node's process when it was last marked; no
+    /// expiry. Another process carrying the marker came back from older data (a snapshot).
+    pub(crate) marked_run: String,
+}
+
+impl Default for DeploymentKeys {
+    /// Under the default key prefix.
+    fn default() -> Self {
+        DeploymentKeys::new(crate::config::defaults::KEY_PREFIX)
+    }
 }
 
 impl DeploymentKeys {
@@ -80,12 +90,18 @@ impl DeploymentKeys {
             marker: format!("{prefix}deployment"),
             longest_ttl: format!("{prefix}longest-ttl"),
             quarantine: format!("{prefix}quarantine"),
+            marked_run: format!("{prefix}marked-run"),
         }
     }
 
     /// The keys of the deployment scripts (read and mark).
-    pub(crate) fn all(&self) -> [&str; 3] {
-        [&self.marker, &self.longest_ttl, &self.quarantine]
+    pub(crate) fn all(&self) -> [&str; 4] {
+        [
+            &self.marker,
+            &self.longest_ttl,
+            &self.quarantine,
+            &self.marked_run,
+        ]
     }
 }
 

@@ -108,13 +108,15 @@ pub(crate) struct Node {
 }
 
 /// What the nodes of one client share: its detached futures, its deadlines, its TLS
-/// settings, and which server each node was read to be.
+/// settings, which server each node was read to be, and where the masters keep what they
+/// know of the deployment (read with each node's identity).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Shared {
     pub(crate) background: Arc<Background>,
     pub(crate) deadlines: Arc<Deadlines>,
     pub(crate) tls: Option<Tls>,
     pub(crate) servers: Arc<servers::Servers>,
+    pub(crate) deployment: Arc<DeploymentKeys>,
 }
 
 impl Node {

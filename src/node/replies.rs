@@ -36,6 +36,20 @@ pub(crate) struct DeploymentState {
     pub(crate) longest_ttl: Duration,
     /// How much longer the node is quarantined, if it is.
     pub(crate) quarantined_for: Option<Duration>,
+    /// The `run_id` of the process the node was last marked for, if one was recorded.
+    pub(crate) marked_run: Option<String>,
+    /// Whether the node, not durable, carries a marker made for another process than the one
+    /// it is now: it came back from older data, and lost what it granted since (set by the
+    /// client from its reading of the node, not by the node).
+    pub(crate) restarted: bool,
+}
+
+impl DeploymentState {
+    /// Whether the node lost its data: it carries no marker, or one made for an earlier
+    /// process while it does not keep every write.
+    pub(crate) fn lost_data(&self) -> bool {
+        self.marker.is_none() || self.restarted
+    }
 }
 
 /// A node's answer to a release.

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 
 use super::encode::{ScriptArgs, write_script_call};
-use super::health::probe_pipeline;
+use super::health::PROBE_REPLIES;
 use super::wire::Wire;
 use super::{LinkId, Node};
 use crate::error::{NodeFailureKind, Operation};
@@ -203,8 +203,8 @@ impl Node {
     ) -> impl Future<Output = RedisResult<Value>> + use<'_, W> {
         let call = if probe {
             // The reading in front of the command, in one write.
-            conn.call(Some(op), 3, |out| {
-                out.extend_from_slice(&probe_pipeline().get_packed_pipeline());
+            conn.call(Some(op), PROBE_REPLIES + 1, |out| {
+                out.extend_from_slice(&self.probe_pipeline().get_packed_pipeline());
                 write(out);
             })
         } else {
@@ -220,7 +220,7 @@ impl Node {
                     .and_then(Value::extract_error);
             }
             match values.len() {
-                3 => {
+                n if n == PROBE_REPLIES + 1 => {
                     let value = values.pop().unwrap_or(Value::Nil);
                     self.record_probe(link, &values);
                     value.extract_error()
