@@ -6,18 +6,22 @@
 -- milliseconds, and the attempt it came from, on whose terms a release may hand the lock
 -- straight over; see release.lua). KEYS[5], KEYS[6], KEYS[7]: the deployment's marker, the
 -- longest TTL asked for here, and the quarantine (see mark.lua). KEYS[8]: the queue's live
--- mark (see queue.lua).
+-- mark (see queue.lua). KEYS[9], KEYS[10]: the process the marker was made for and the latest
+-- expiry (see marked.lua).
 -- ARGV[1]: holder token. ARGV[2]: TTL in milliseconds. ARGV[3]: proposed fencing token.
 -- ARGV[4]: the caller's waiter id, or '' for a caller that does not wait. ARGV[5]: its
 -- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds (0: the
 -- caller takes no place). ARGV[7]: '1' for a fair caller, '0' for one that takes a free lock
--- whatever the queue says (it queues only to be woken, without terms).
+-- whatever the queue says (it queues only to be woken, without terms). ARGV[8], ARGV[9]: the
+-- kind's own (see reentrant_acquire.lua, rw_acquire.lua, semaphore_acquire.lua). ARGV[10]:
+-- the caller's reading of this connection (see marked_for_me in marked.lua).
 -- Returns {1, fence} when granted; {0, holder's fence} when another token holds the lock (the
 -- fence names the holder without giving its token away, so that a client can tell one holder
 -- from a split vote); {2, counter} when the proposal is not above this node's
 -- counter (propose higher); {3} when the lock is free but an earlier waiter goes first;
 -- {4, token, fence} when a release handed the lock to the calling waiter (see release.lua);
--- {5} when this node carries no deployment marker; {6, pttl} while it is quarantined.
+-- {5} when this node carries no deployment marker, or one made for another process while it
+-- does not keep every write; {6, pttl} while it is quarantined.
 --
 -- Granting only above the counter, and raising the counter in the same script, is what makes
 -- fencing tokens grow in the order acquisitions happen: any two quorums share a node, and
@@ -29,7 +33,8 @@
 -- contender at once. Places lapse unless refreshed, so a waiter that died holds nobody up for
 -- longer than its place lasts.
 --
--- queue_helpers comes from queue.lua, put in front of this script.
+-- queue_helpers comes from queue.lua, marked_for_me and record_expiry from marked.lua, put in
+-- front of this script.
 
 -- Takes or refreshes the caller's place in the queue, with the queue's helpers `q`. A place
 -- with no life is not taken: the caller waits but is out of line (it reaches too few nodes to
@@ -47,13 +52,15 @@ local function queue_caller(q)
 end
 
 -- One read for every key: each call from a script costs about as much as a command of its own.
-local read = redis.call('MGET', KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+local read = redis.call('MGET', KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
+  KEYS[10])
 local current, counter = read[1], tonumber(read[2] or '0')
 -- A node without the marker may have lost locks it granted (a restart without persistence, a
--- flush, an eviction): it grants nothing until a client has marked it, in quarantine if
--- another node says the deployment was in use. Checked here, in the same step as the grant,
--- so that no reconnect, flush or restart between two health readings can slip past it.
-if not read[3] then
+-- flush, an eviction), and so may one back from a snapshot, marker and all: it grants nothing
+-- until a client has marked it, in quarantine if another node says the deployment was in use.
+-- Checked here, in the same step as the grant, so that no reconnect, flush or restart between
+-- two health readings can slip past it.
+if not read[3] or not marked_for_me(read[7], ARGV[10]) then
   return {5}
 end
 if read[5] then
@@ -96,6 +103,7 @@ if counter > proposed or (counter == proposed and current ~= ARGV[1]) then
 end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+record_expiry(KEYS[10], ARGV[2], nil, read[8])
 if ARGV[4] ~= '' and queued_here then
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('HDEL', KEYS[4], ARGV[4])

@@ -72,11 +72,13 @@ local function keep_alive(holders, now)
 end
 
 -- The deployment check every grant makes first (see acquire.lua): {5} on a node without the
--- deployment's marker, {6, pttl} while it is quarantined, nil when it may grant. Records the
--- longest TTL asked for.
-local function deployment_gate(marker, longest, quarantine, ttl)
-  local read = redis.call('MGET', marker, longest, quarantine)
-  if not read[1] then
+-- deployment's marker or with one made for another process, {6, pttl} while it is
+-- quarantined, nil when it may grant. Records the longest TTL asked for. `marked_run` is the
+-- key of the process the marker was made for, `process` the caller's reading (see
+-- marked_for_me in marked.lua).
+local function deployment_gate(marker, longest, quarantine, marked_run, ttl, process)
+  local read = redis.call('MGET', marker, longest, quarantine, marked_run)
+  if not read[1] or not marked_for_me(read[4], process) then
     return {5}
   end
   if read[3] then

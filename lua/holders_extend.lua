@@ -1,6 +1,6 @@
 -- Push back a reader's, a writer's or a permit holder's expiry, only while it still holds.
 -- KEYS[1]: the holders (see holders.lua). KEYS[2]: the fencing counter. KEYS[3]: the longest
--- TTL asked for on this node. ARGV[1]: holder token. ARGV[2]: new TTL in milliseconds.
+-- TTL asked for on this node. KEYS[4]: the latest expiry (see marked.lua). ARGV[1]: holder token. ARGV[2]: new TTL in milliseconds.
 -- ARGV[3]: what goes before the token in the set ('r:', 'w:', or '' for a permit). ARGV[4],
 -- for a permit: the semaphore's number of permits.
 -- Returns the holder's own fencing token when extended (the counter, for a hold granted before
@@ -21,6 +21,7 @@ if ARGV[4] then
 end
 redis.call('ZADD', holders, 'XX', now + tonumber(ARGV[2]), me)
 keep_alive(holders, now)
+record_expiry(KEYS[4], ARGV[2], now)
 if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
   redis.call('SET', KEYS[3], ARGV[2])
 end

@@ -1,7 +1,7 @@
 -- Mark a node as part of the deployment, in quarantine if it lost its data.
 -- KEYS[1]: the deployment marker (no expiry). KEYS[2]: the longest TTL asked for here, in
 -- milliseconds (no expiry). KEYS[3]: the quarantine (expires when it ends). KEYS[4]: the
--- run_id of the process marked last (no expiry).
+-- run_id of the process marked last (no expiry). KEYS[5]: the latest expiry (see marked.lua).
 -- ARGV[1]: the deployment's id. ARGV[2]: the quarantine in milliseconds (0: none). ARGV[3]:
 -- the longest TTL the rest of the deployment records, in milliseconds. ARGV[4]: the run_id of
 -- the node's process as the client read it ('' when not read).
@@ -12,8 +12,9 @@
 -- Every node carries the marker, written by the first client that found none on a quorum of
 -- nodes (a new deployment). A node that lacks it while another node has it has lost its data
 -- (a restart without persistence, a flush, an eviction) and with it any lock it granted; those
--- locks may still be held on other nodes for up to the longest TTL ever asked for. So it is
--- quarantined for that long, by its own clock, in the same step as it is marked again: every
+-- locks may still be held on other nodes until the latest expiry those nodes record, and
+-- never longer than the longest TTL ever asked for. So it is quarantined for that long (the
+-- client works it out), by its own clock, in the same step as it is marked again: every
 -- client sees the same quarantine, whichever noticed the loss, and a node that loses its data
 -- again loses the marker with it and is quarantined again. Until it is marked, acquire.lua
 -- grants nothing on it. A marker that is evicted or deleted therefore fails safe.
@@ -44,5 +45,11 @@ end
 redis.call('SET', KEYS[1], ARGV[1])
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[4], ARGV[4])
+end
+-- A marked master records the latest expiry from now on: a master without the record was
+-- marked by an earlier version, whose grants recorded only the longest TTL.
+if redis.call('EXISTS', KEYS[5]) == 0 then
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[5], string.format('%d', tonumber(t[1]) * 1000))
 end
 return 1

@@ -1,6 +1,6 @@
 -- Take a hold of a reentrant lock: the lock itself if it is free (as acquire.lua would, its
 -- value the owner's), or one more hold if the owner holds it already.
--- KEYS[1] to KEYS[8] as in acquire.lua. KEYS[9]: the holds (a hash of hold ids, with the
+-- KEYS[1] to KEYS[10] as in acquire.lua. KEYS[11]: the holds (a hash of hold ids, with the
 -- lock's TTL). ARGV[1]: the owner's value, 'owner:' and its id (Owner::lock_value): the ':'
 -- is a byte no token has, so that no mutex token can ever match it in extend.lua or
 -- release.lua. ARGV[2] to ARGV[7] as in acquire.lua (never fair).
@@ -28,22 +28,24 @@
 -- quorum that granted it. The lock's TTL is never shortened by a hold: other holds count on
 -- it.
 --
--- mutex_acquire is acquire.lua, put in front of this script as a function.
-local lock, holds, hold, ttl = KEYS[1], KEYS[9], ARGV[8], tonumber(ARGV[2])
+-- mutex_acquire is acquire.lua, put in front of this script as a function (with queue.lua
+-- and marked.lua before it).
+local lock, holds, hold, ttl = KEYS[1], KEYS[11], ARGV[8], tonumber(ARGV[2])
 
 local function keep_for(at_least)
   if redis.call('PTTL', lock) < at_least then
     redis.call('PEXPIRE', lock, at_least)
   end
   redis.call('PEXPIRE', holds, redis.call('PTTL', lock))
+  record_expiry(KEYS[10], at_least)
 end
 
 if redis.call('GET', lock) == ARGV[1] then
   -- The deployment check acquire.lua makes, the longest TTL included: a hold may keep the
   -- lock longer than any TTL asked for before, and a master that loses its data must then be
   -- quarantined for that long.
-  local read = redis.call('MGET', KEYS[5], KEYS[6], KEYS[7])
-  if not read[1] then
+  local read = redis.call('MGET', KEYS[5], KEYS[6], KEYS[7], KEYS[9])
+  if not read[1] or not marked_for_me(read[4], ARGV[10]) then
     return {5}
   end
   if read[3] then

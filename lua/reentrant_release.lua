@@ -1,7 +1,8 @@
 -- Release one hold of a reentrant lock; the last hold releases the lock as release.lua does
 -- (handing it over to, or waking, the next waiter).
--- KEYS[1] to KEYS[7] as in release.lua. KEYS[8]: the holds. ARGV[1]: the owner's value (see
--- reentrant_acquire.lua). ARGV[2], ARGV[3] as in release.lua. ARGV[4]: the hold's id.
+-- KEYS[1] to KEYS[10] as in release.lua. KEYS[11]: the holds. ARGV[1]: the owner's value (see
+-- reentrant_acquire.lua). ARGV[2], ARGV[3] as in release.lua. ARGV[4]: the hold's id. ARGV[5]
+-- to ARGV[10]: empty. ARGV[11] as in release.lua.
 -- Returns what release.lua returns, and 2 when this hold is gone and others keep the lock.
 -- A hold this node does not record (a token that holds nothing, a hold released already, or
 -- one this node never granted) changes nothing and answers -1, as a lock that another token
@@ -9,12 +10,12 @@
 --
 -- mutex_release is release.lua, put in front of this script as a function.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('HDEL', KEYS[8], ARGV[4]) == 0 then
+  if redis.call('HDEL', KEYS[11], ARGV[4]) == 0 then
     return -1
   end
-  if redis.call('HLEN', KEYS[8]) > 0 then
+  if redis.call('HLEN', KEYS[11]) > 0 then
     return 2
   end
-  redis.call('DEL', KEYS[8])
+  redis.call('DEL', KEYS[11])
 end
 return mutex_release()

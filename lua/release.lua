@@ -3,14 +3,18 @@
 -- KEYS[1]: lock key. KEYS[2], KEYS[3]: the waiters' queue and its places' terms (as in
 -- acquire.lua). KEYS[4]: the name's fencing counter. KEYS[5], KEYS[6]: the deployment's
 -- marker and quarantine (a node without the one, or with the other, hands nothing over,
--- since its grants would not count). KEYS[7]: the queue's live mark (see queue.lua).
+-- since its grants would not count). KEYS[7]: the queue's live mark (see queue.lua). KEYS[8],
+-- KEYS[9]: the process the marker was made for and the latest expiry (see marked.lua), and
+-- KEYS[10] the longest TTL asked for (see acquire.lua): a hand-over is a grant.
 -- ARGV[1]: holder token. ARGV[2]: the prefix of the wake channels, or '' to stay silent
 -- (cleaning up after a failed attempt is no release worth waking anyone for). ARGV[3]: the
 -- released lock's fencing token, or 0 if unknown. ARGV[4]: '1' when the lock's own holder
 -- releases it (it knows the lock held on a quorum): a lock already gone here is then handed
 -- over too. ARGV[5] to ARGV[10], optional: a place to keep in line for the releaser's next
 -- attempt, when the lock is handed over (waiter id, priority, life, token, TTL and proposal,
--- as acquire.lua queues them).
+-- as acquire.lua queues them), or empty strings. ARGV[11]: the caller's reading of this
+-- connection (see marked_for_me in marked.lua): a master marked for another process hands
+-- nothing over and keeps no place, whoever releases.
 -- A waiter id is '<client id>.<n>'; its client hears on ARGV[2] .. '<client id>'.
 -- Returns 1 when deleted, 0 when the key was already gone, -1 when another token holds it
 -- (nothing is changed then, but for a place kept as below); 10 more when the releaser's place
@@ -64,18 +68,24 @@
 -- Otherwise (no terms, or the fencing token would not be above the counter) the message is
 -- just '<waiter id>', and the waiter tries at once.
 --
--- queue_helpers comes from queue.lua, put in front of this script.
+-- queue_helpers comes from queue.lua, marked_for_me and record_expiry from marked.lua, put in
+-- front of this script.
+
+-- Whether this master may grant: it carries the marker, made for its process, and is not
+-- quarantined. `node` is the marker, the quarantine and the process the marker was made for.
+local function may_grant(node)
+  return node[1] and not node[2] and marked_for_me(node[3], ARGV[11])
+end
 
 -- Keeps the releaser's place (ARGV[5] to ARGV[10]) on a master where the release handed
--- nothing over; not on one that grants nothing (no deployment marker, or quarantined), where
--- acquire.lua queues nobody either. `deployment` is the marker and quarantine when already
--- read, nil otherwise. Whether it did.
+-- nothing over; not on one that grants nothing (see may_grant), where acquire.lua queues
+-- nobody either. `deployment` is what may_grant reads, when already read, nil otherwise.
+-- Whether it did.
 local function keep_place_out_of_step(q, deployment)
   if not ARGV[5] or ARGV[5] == '' then
     return false
   end
-  local node = deployment or redis.call('MGET', KEYS[5], KEYS[6])
-  if not node[1] or node[2] then
+  if not may_grant(deployment or redis.call('MGET', KEYS[5], KEYS[6], KEYS[8])) then
     return false
   end
   q = q or queue_helpers()
@@ -99,18 +109,24 @@ if mine or (current == false and ARGV[4] == '1') then
   if first then
     local _, token, ttl, proposal = string.match(terms, '^(%d+) (%S+) (%d+) (%d+)$')
     local channel = q.channel_of(ARGV[2], first)
-    local node = redis.call('MGET', KEYS[4], KEYS[5], KEYS[6])
-    deployment = { node[2], node[3] }
+    local node = redis.call('MGET', KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10])
+    deployment = { node[2], node[3], node[4] }
     local counter = tonumber(node[1] or '0')
     local fence = math.max(tonumber(proposal or '0') + 1, tonumber(ARGV[3]) + 1)
     -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
     if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991
-        and node[2] and not node[3] then
+        and may_grant(deployment) then
       fence = string.format('%d', fence)
       redis.call('SET', KEYS[4], fence)
       token = first .. '/' .. token
       -- Replaces the released lock's key, value and TTL at once.
       redis.call('SET', KEYS[1], token, 'PX', ttl)
+      -- The terms' TTL may be one this master never recorded (a place kept with the terms of
+      -- a releaser's next hold): a master that loses its data is quarantined by both records.
+      record_expiry(KEYS[9], ttl, q.now_ms(), node[5])
+      if tonumber(ttl) > tonumber(node[6] or '0') then
+        redis.call('SET', KEYS[10], ttl)
+      end
       redis.call('ZREM', KEYS[2], first)
       redis.call('HDEL', KEYS[3], first)
       redis.call('PUBLISH', channel, first .. ' ' .. token .. ' ' .. fence .. ' ' .. KEYS[1])

@@ -3,7 +3,7 @@
 -- the writer as 'w:<token>'. ARGV[1] to ARGV[7] as in acquire.lua (ARGV[7] is ignored: the
 -- lock is not fair). ARGV[8]: 'r' for a reader, 'w' for the writer. ARGV[9]: for a reader,
 -- '1' to raise the fencing counter to the proposal (ARGV[3]) if it is below, '0' to leave it.
--- Returns what acquire.lua returns, except that a reader is granted with {8, counter, 0}: the
+-- ARGV[10] as in acquire.lua. Returns what acquire.lua returns, except that a reader is granted with {8, counter, 0}: the
 -- writers' fencing counter on this node, the last writer's token. When the reader's masters
 -- do not agree on it (a writer's failed attempt raised it on some), the client asks again
 -- with ARGV[9] set and a proposal above them all, so that the reader's token is one a quorum
@@ -15,7 +15,7 @@
 -- lasts (a record of its own, which goes with its place when it gives up: see dequeue.lua),
 -- and new readers are refused ({3}) while any such record is there, so that a stream of
 -- readers cannot starve writers.
-local refused = deployment_gate(KEYS[5], KEYS[6], KEYS[7], ARGV[2])
+local refused = deployment_gate(KEYS[5], KEYS[6], KEYS[7], KEYS[9], ARGV[2], ARGV[10])
 if refused then
   return refused
 end
@@ -76,6 +76,7 @@ end
 redis.call('ZADD', holders, now + tonumber(ARGV[2]), me)
 record_fence(holders, me, fence)
 keep_alive(holders, now)
+record_expiry(KEYS[10], ARGV[2], now)
 dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])
 if reader then
   return {8, fence, 0}

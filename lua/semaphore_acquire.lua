@@ -1,7 +1,7 @@
 -- Take one of a semaphore's permits on this node, if fewer than that many holders hold one.
 -- KEYS as in acquire.lua, with KEYS[1] the holders (see holders.lua). ARGV[1] to ARGV[7] as
 -- in acquire.lua (ARGV[7] is ignored: a semaphore is not fair). ARGV[8]: the number of
--- permits.
+-- permits. ARGV[9]: empty. ARGV[10] as in acquire.lua.
 -- Returns what acquire.lua returns, and {7, permits} when the semaphore is held here with
 -- another number of permits (its holders must all count the same).
 --
@@ -9,7 +9,7 @@
 -- the quorum the client asks for (more than a majority when there is more than one permit;
 -- see LockKind::quorum): P+1 holders would need more grants than N nodes of P permits have.
 -- Fencing tokens grow as a mutex's do, since any two of those quorums share a node.
-local refused = deployment_gate(KEYS[5], KEYS[6], KEYS[7], ARGV[2])
+local refused = deployment_gate(KEYS[5], KEYS[6], KEYS[7], KEYS[9], ARGV[2], ARGV[10])
 if refused then
   return refused
 end
@@ -36,5 +36,6 @@ redis.call('ZADD', holders, now + tonumber(ARGV[2]), token)
 record_fence(holders, token, proposed)
 redis.call('ZADD', holders, -permits, '#permits')
 keep_alive(holders, now)
+record_expiry(KEYS[10], ARGV[2], now)
 dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])
 return {1, proposed}

@@ -4,8 +4,9 @@
 //! Every master carries a marker (`lua/mark.lua`). A master without one grants nothing
 //! (`lua/acquire.lua`); the client that meets it reads every master, and then:
 //! - when another master carries the marker, the deployment was in use and this master lost
-//!   its data: it is marked again in quarantine for the longest TTL the masters recorded, so
-//!   that every lock it may have granted has expired elsewhere before it grants again;
+//!   its data: it is marked again in quarantine until the latest expiry the masters that kept
+//!   their data record (never longer than the longest TTL they record), so that every lock it
+//!   may have granted has expired elsewhere before it grants again;
 //! - when a quorum of masters answered and none carries it, the deployment is new: every
 //!   master is marked, with no quarantine, and counts at once.
 //!
@@ -49,12 +50,13 @@ pub(crate) enum Marking {
 }
 
 /// Decides what to do from every master's reading (`None` or an error: it did not answer).
-/// `quarantine` is the client's own setting, if any. A master lost its data when it carries no
-/// marker, or one made for an earlier process while it does not keep every write (see
-/// [`DeploymentState::restarted`]).
+/// `quarantine` is the client's own setting, if any; `drift` the allowance for clock drift
+/// over a time. A master lost its data when it carries no marker, or one made for an earlier
+/// process while it does not keep every write (see [`DeploymentState::restarted`]).
 pub(crate) fn plan(
     readings: &[Option<Answer<DeploymentState>>],
     quarantine: Option<Duration>,
+    drift: impl Fn(Duration) -> Duration,
 ) -> Marking {
     let answered: Vec<&DeploymentState> = readings
         .iter()
@@ -71,29 +73,51 @@ pub(crate) fn plan(
             Marking::Nothing
         };
     };
-    // Every master that grants a lock records its TTL, so each lock that may still be held
-    // left its TTL on a quorum, which may have lost no more than the masters that lost their
-    // data. More than `n - quorum` masters that kept it always include one of that quorum:
-    // then the longest TTL among them covers every lock. With fewer of them read and some
-    // masters not read, wait (the others grant nothing, or their votes do not count,
-    // meanwhile) until more answer; that many masters out leaves no quorum to serve anyway.
-    // With every master read, a majority has lost its data, which no Redlock survives: the
-    // longest TTL recorded is the best there is.
-    let kept: Vec<&&DeploymentState> = answered.iter().filter(|s| !s.lost_data()).collect();
+    // Every master that grants a lock records its TTL and when it expires, so each lock that
+    // may still be held left both on a quorum, which may have lost no more than the masters
+    // that lost their data. More than `n - quorum` masters that kept it always include one of
+    // that quorum: then the latest expiry among them, and the longest TTL, each cover every
+    // lock. With fewer of them read and some masters not read, wait (the others grant
+    // nothing, or their votes do not count, meanwhile) until more answer; that many masters
+    // out leaves no quorum to serve anyway. With every master read, a majority has lost its
+    // data, which no Redlock survives: the records there are are the best there is.
+    let kept: Vec<&DeploymentState> = answered
+        .iter()
+        .filter(|s| !s.lost_data())
+        .copied()
+        .collect();
     let n = readings.len();
     if kept.len() < n - quorum(n) + 1 && answered.len() < n {
         return Marking::Nothing;
     }
-    let longest_ttl = if kept.is_empty() {
-        answered.iter().map(|s| s.longest_ttl).max()
-    } else {
-        kept.iter().map(|s| s.longest_ttl).max()
-    }
-    .unwrap_or_default();
+    let records = if kept.is_empty() { answered } else { kept };
+    let longest_ttl = records
+        .iter()
+        .map(|s| s.longest_ttl)
+        .max()
+        .unwrap_or_default();
     Marking::Lost {
         id,
-        quarantine: quarantine.unwrap_or(longest_ttl),
+        quarantine: quarantine.unwrap_or_else(|| until_expired(&records, longest_ttl, drift)),
         longest_ttl,
+    }
+}
+
+/// How long a master that lost its data stays out: until the latest expiry that `records`
+/// (read from the masters that kept theirs) name, with the allowance for the masters' clocks
+/// drifting over that time, and never longer than the longest TTL they record. When one of them
+/// records no expiry (it was marked by an earlier version, whose grants recorded none), the
+/// longest TTL.
+fn until_expired(
+    records: &[&DeploymentState],
+    longest_ttl: Duration,
+    drift: impl Fn(Duration) -> Duration,
+) -> Duration {
+    let latest: Option<Vec<Duration>> = records.iter().map(|s| s.latest_expiry).collect();
+    match latest.and_then(|l| l.into_iter().max()) {
+        Some(left) if left.is_zero() => Duration::ZERO,
+        Some(left) => longest_ttl.min(left + drift(left)),
+        None => longest_ttl,
     }
 }
 
@@ -166,6 +190,7 @@ impl Cluster {
         let lost = match plan(
             &by_server(&inner.nodes, &readings),
             inner.settings.quarantine,
+            |over| inner.settings.drift(over),
         ) {
             Marking::Nothing => None,
             Marking::New => new_deployment_id().map(|id| (id, Duration::ZERO, Duration::ZERO)),
@@ -285,8 +310,24 @@ mod tests {
             longest_ttl: longest * S,
             quarantined_for: None,
             marked_run: marker.map(|_| "r1".to_owned()),
+            latest_expiry: None,
             restarted: false,
         }))
+    }
+
+    /// A marked master of this version, which records when its locks expire: `left` seconds
+    /// from now.
+    fn recording(longest: u32, left: u32) -> Option<Answer<DeploymentState>> {
+        let mut reading = state(Some("d1"), longest);
+        if let Some(Ok(state)) = &mut reading {
+            state.latest_expiry = Some(left * S);
+        }
+        reading
+    }
+
+    /// The client's default allowance: 1% and 2 ms.
+    fn drift(over: Duration) -> Duration {
+        over / 100 + Duration::from_millis(2)
     }
 
     /// A master that carries the marker, made for an earlier process: it came back from older
@@ -306,24 +347,24 @@ mod tests {
     #[test]
     fn a_new_deployment_needs_a_quorum_of_unmarked_masters() {
         let fresh = [state(None, 0), state(None, 0), state(None, 0)];
-        assert_eq!(plan(&fresh, None), Marking::New);
+        assert_eq!(plan(&fresh, None, drift), Marking::New);
         // Two of three answered, none marked: still a quorum, so new.
         assert_eq!(
-            plan(&[state(None, 0), state(None, 0), down()], None),
+            plan(&[state(None, 0), state(None, 0), down()], None, drift),
             Marking::New
         );
         // Only one of three answered: a marked majority may be out of reach.
         assert_eq!(
-            plan(&[state(None, 0), down(), None], None),
+            plan(&[state(None, 0), down(), None], None, drift),
             Marking::Nothing
         );
     }
 
     #[test]
-    fn a_master_without_the_marker_beside_marked_ones_is_quarantined_for_the_longest_ttl() {
+    fn a_master_beside_masters_of_an_earlier_version_is_quarantined_for_the_longest_ttl() {
         let readings = [state(Some("d1"), 30), state(None, 0), state(Some("d1"), 10)];
         assert_eq!(
-            plan(&readings, None),
+            plan(&readings, None, drift),
             Marking::Lost {
                 id: "d1".into(),
                 quarantine: 30 * S,
@@ -332,12 +373,12 @@ mod tests {
         );
         // The client's own setting wins.
         assert!(matches!(
-            plan(&readings, Some(5 * S)),
+            plan(&readings, Some(5 * S), drift),
             Marking::Lost { quarantine, .. } if quarantine == 5 * S
         ));
         // A master not read may be the only one left that recorded the longest TTL: wait.
         let partial = [state(Some("d1"), 30), state(None, 0), down()];
-        assert_eq!(plan(&partial, None), Marking::Nothing);
+        assert_eq!(plan(&partial, None, drift), Marking::Nothing);
         // Five masters, one lost, one down: three marked ones cover every lock.
         let five = [
             state(Some("d1"), 30),
@@ -347,13 +388,13 @@ mod tests {
             state(Some("d1"), 10),
         ];
         assert!(matches!(
-            plan(&five, None),
+            plan(&five, None, drift),
             Marking::Lost { quarantine, .. } if quarantine == 60 * S
         ));
         // A majority lost its data, every master read: the record is all there is.
         let majority = [state(Some("d1"), 30), state(None, 0), state(None, 0)];
         assert!(matches!(
-            plan(&majority, None),
+            plan(&majority, None, drift),
             Marking::Lost { quarantine, .. } if quarantine == 30 * S
         ));
         // A master back from a snapshot has the marker, and lost its data all the same: it is
@@ -364,7 +405,7 @@ mod tests {
             state(Some("d1"), 20),
         ];
         assert_eq!(
-            plan(&restored, None),
+            plan(&restored, None, drift),
             Marking::Lost {
                 id: "d1".into(),
                 quarantine: 30 * S,
@@ -373,15 +414,58 @@ mod tests {
         );
         let all_restored = [restarted("d1", 10), restarted("d1", 20), restarted("d1", 5)];
         assert!(matches!(
-            plan(&all_restored, None),
+            plan(&all_restored, None, drift),
             Marking::Lost { quarantine, .. } if quarantine == 20 * S
         ));
         let one_read = [restarted("d1", 10), state(Some("d1"), 30), down()];
-        assert_eq!(plan(&one_read, None), Marking::Nothing);
+        assert_eq!(plan(&one_read, None, drift), Marking::Nothing);
         // Nothing lost, nothing to do.
         assert_eq!(
-            plan(&[state(Some("d1"), 30), state(Some("d1"), 30)], None),
+            plan(&[state(Some("d1"), 30), state(Some("d1"), 30)], None, drift),
             Marking::Nothing
         );
+    }
+
+    #[test]
+    fn a_master_that_lost_its_data_is_quarantined_until_the_latest_expiry_the_others_record() {
+        // A 10-minute TTL was asked once; the last lock granted expires in 5 s.
+        let readings = [recording(600, 5), state(None, 0), recording(600, 2)];
+        let five = 5 * S;
+        assert_eq!(
+            plan(&readings, None, drift),
+            Marking::Lost {
+                id: "d1".into(),
+                quarantine: five + drift(five),
+                longest_ttl: 600 * S,
+            }
+        );
+        // Nothing granted is still alive: no quarantine at all.
+        let idle = [recording(600, 0), state(None, 0), recording(600, 0)];
+        assert!(matches!(
+            plan(&idle, None, drift),
+            Marking::Lost { quarantine, .. } if quarantine.is_zero()
+        ));
+        // Never longer than the longest TTL recorded.
+        let long = [recording(10, 30), state(None, 0), recording(10, 1)];
+        assert!(matches!(
+            plan(&long, None, drift),
+            Marking::Lost { quarantine, .. } if quarantine == 10 * S
+        ));
+        // What the master that lost its data records (from a snapshot) does not count.
+        let mut restored = recording(600, 50);
+        if let Some(Ok(state)) = &mut restored {
+            state.restarted = true;
+        }
+        let readings = [recording(600, 3), restored, recording(600, 1)];
+        assert!(matches!(
+            plan(&readings, None, drift),
+            Marking::Lost { quarantine, .. } if quarantine == 3 * S + drift(3 * S)
+        ));
+        // A kept master marked by an earlier version records no expiry: the longest TTL.
+        let mixed = [recording(600, 5), state(None, 0), state(Some("d1"), 60)];
+        assert!(matches!(
+            plan(&mixed, None, drift),
+            Marking::Lost { quarantine, .. } if quarantine == 600 * S
+        ));
     }
 }

@@ -28,7 +28,8 @@
 //!
 //! The lock is exclusive as long as the masters keep their keys for the TTL: a master that
 //! restarts without persistence forgets the locks it held (redquorum quarantines such a master
-//! for the longest TTL in use, recorded on the masters), and a master whose clock jumps forward
+//! until every lock it may have granted has expired, by the records the other masters keep),
+//! and a master whose clock jumps forward
 //! expires them early. A holder that
 //! is paused (GC, swapping) past its validity may act after someone else took the lock; the
 //! defence is the fencing token, [`Lock::fence`], which grows with every acquisition of a name

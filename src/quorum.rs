@@ -190,8 +190,9 @@ pub(crate) fn is_split(votes: impl IntoIterator<Item = AcquireVote>, quorum: usi
 }
 
 /// Of locks handed over on single nodes, `(node, token, fence)`, the token and fencing token
-/// that a quorum of distinct nodes handed over, counting only nodes for which `counts` holds
-/// (their votes count).
+/// that a quorum of distinct nodes handed over, counting only the handovers whose index
+/// `counts` holds for (their votes count: one node's handovers may come from two of its
+/// processes, one before a restart and one after).
 pub(crate) fn quorum_handover<'g>(
     handovers: &[(usize, &'g str, u64)],
     counts: impl Fn(usize) -> bool,
@@ -200,9 +201,9 @@ pub(crate) fn quorum_handover<'g>(
     handovers.iter().find_map(|&(_, token, fence)| {
         let mut on: Vec<usize> = handovers
             .iter()
-            .filter(|&&(_, t, f)| t == token && f == fence)
-            .map(|&(node, _, _)| node)
-            .filter(|&node| counts(node))
+            .enumerate()
+            .filter(|&(i, &(_, t, f))| t == token && f == fence && counts(i))
+            .map(|(_, &(node, _, _))| node)
             .collect();
         on.sort_unstable();
         on.dedup();
@@ -366,7 +367,7 @@ mod tests {
             (3, "w/a", 7),
         ];
         // Node 0 heard twice is one node: with node 3 not counting, "w/a" is on two of five.
-        assert_eq!(quorum_handover(&h, |n| n != 3, 3), None);
+        assert_eq!(quorum_handover(&h, |i| h[i].0 != 3, 3), None);
         assert_eq!(quorum_handover(&h, |_| true, 3), Some(("w/a", 7)));
         // The same token with another fencing token is another handover.
         let mixed = [(0, "w/a", 7), (1, "w/a", 8), (2, "w/a", 7)];

@@ -623,8 +623,8 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
             "{answer}"
         );
     }
-    // Nothing but the held lock (and the deployment's marker, the process it was made for and
-    // the longest TTL) exists; no other lock or fencing counter was written.
+    // Nothing but the held lock (and the deployment's marker, the process it was made for, the
+    // latest expiry and the longest TTL) exists; no other lock or fencing counter was written.
     for i in 0..3 {
         let mut keys: Vec<String> = redis::cmd("KEYS")
             .arg("*")
@@ -637,6 +637,7 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
             [
                 "redquorum:deployment",
                 "redquorum:fence:held",
+                "redquorum:latest-expiry",
                 "redquorum:lock:held",
                 "redquorum:longest-ttl",
                 "redquorum:marked-run",

@@ -32,21 +32,34 @@ pub(crate) enum Contender {
     Scripts(Vec<Mutex<Wire>>, Duration, ScriptHashes),
 }
 
-/// The hashes of redquorum's acquire and release scripts, loaded on every master.
+/// The hashes of redquorum's acquire and release scripts, loaded on every master, and each
+/// master's process (`run_id`), which the scripts are told as the library tells them what it
+/// read on the connection (`lua/marked.lua`).
 pub(crate) struct ScriptHashes {
     acquire: String,
     release: String,
+    processes: Vec<String>,
 }
 
 /// redquorum's scripts, as the library puts them together (`src/node/scripts.rs`).
 const ACQUIRE: &str = concat!(
     include_str!("../../lua/queue.lua"),
+    include_str!("../../lua/marked.lua"),
     include_str!("../../lua/acquire.lua")
 );
 const RELEASE: &str = concat!(
     include_str!("../../lua/queue.lua"),
+    include_str!("../../lua/marked.lua"),
     include_str!("../../lua/release.lua")
 );
+
+/// The `run_id` in an `INFO server` reply.
+fn run_id(info: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(info)
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+}
 
 /// redquorum's default key prefix, under which the library keeps every key (`src/node/keys.rs`).
 const PREFIX: &str = "redquorum:";
@@ -156,19 +169,31 @@ impl Contender {
     }
 
     /// The fan-out sending redquorum's scripts, on a socket per master. Each master is marked
-    /// as part of a deployment, as a library client marks a new one, so that it grants.
+    /// as part of a deployment, for the process it is, as a library client marks a new one, so
+    /// that it grants.
     pub(crate) async fn scripts(urls: &[String], ttl: Duration) -> Result<Self, String> {
         let mut wires = Vec::with_capacity(urls.len());
         let mut hashes = ScriptHashes {
             acquire: String::new(),
             release: String::new(),
+            processes: Vec::with_capacity(urls.len()),
         };
         for url in urls {
             let mut wire = Wire::connect(url).await?;
+            let info = wire
+                .call(&[b"INFO", b"server"])
+                .await
+                .map_err(|e| format!("{url}: {e}"))?;
+            let process = run_id(&info).ok_or_else(|| format!("{url}: INFO has no run_id"))?;
             let marker = format!("{PREFIX}deployment");
             wire.call(&[b"SET", marker.as_bytes(), b"peers", b"NX"])
                 .await
                 .map_err(|e| format!("{url}: {e}"))?;
+            let marked_run = format!("{PREFIX}marked-run");
+            wire.call(&[b"SET", marked_run.as_bytes(), process.as_bytes()])
+                .await
+                .map_err(|e| format!("{url}: {e}"))?;
+            hashes.processes.push(process);
             for (body, hash) in [
                 (ACQUIRE, &mut hashes.acquire),
                 (RELEASE, &mut hashes.release),
@@ -248,27 +273,31 @@ impl Contender {
                     .as_micros()
                     .to_string();
                 let waiter = format!("peers.{:x}", rand::random::<u32>());
-                let call = evalsha(
-                    &hashes.acquire,
-                    &[
-                        format!("{PREFIX}lock:{name}"),
-                        format!("{PREFIX}fence:{name}"),
-                        format!("{PREFIX}queue:{name}"),
-                        format!("{PREFIX}queue-terms:{name}"),
-                        format!("{PREFIX}deployment"),
-                        format!("{PREFIX}longest-ttl"),
-                        format!("{PREFIX}quarantine"),
-                        format!("{PREFIX}queue-live:{name}"),
-                    ],
-                    &[&token, &ttl_ms, &proposal, &waiter, &proposal, "150", "1"],
-                );
-                let args = as_args(&call);
-                let answers = join_all(
-                    wires
-                        .iter()
-                        .map(|wire| async { wire.lock().await.call_for_array(&args).await }),
-                )
-                .await;
+                let keys = [
+                    format!("{PREFIX}lock:{name}"),
+                    format!("{PREFIX}fence:{name}"),
+                    format!("{PREFIX}queue:{name}"),
+                    format!("{PREFIX}queue-terms:{name}"),
+                    format!("{PREFIX}deployment"),
+                    format!("{PREFIX}longest-ttl"),
+                    format!("{PREFIX}quarantine"),
+                    format!("{PREFIX}queue-live:{name}"),
+                    format!("{PREFIX}marked-run"),
+                    format!("{PREFIX}latest-expiry"),
+                ];
+                let answers =
+                    join_all(wires.iter().zip(&hashes.processes).map(|(wire, process)| {
+                        let call = evalsha(
+                            &hashes.acquire,
+                            &keys,
+                            &[
+                                &token, &ttl_ms, &proposal, &waiter, &proposal, "150", "1", "", "",
+                                process,
+                            ],
+                        );
+                        async move { wire.lock().await.call_for_array(&as_args(&call)).await }
+                    }))
+                    .await;
                 // {1, fence}: granted.
                 let granted: Vec<bool> = answers
                     .iter()
@@ -317,26 +346,29 @@ impl Contender {
                 Ok(())
             }
             (Contender::Scripts(wires, _, hashes), Held::Scripted(name, token, fence)) => {
-                let call = evalsha(
-                    &hashes.release,
-                    &[
-                        format!("{PREFIX}lock:{name}"),
-                        format!("{PREFIX}queue:{name}"),
-                        format!("{PREFIX}queue-terms:{name}"),
-                        format!("{PREFIX}fence:{name}"),
-                        format!("{PREFIX}deployment"),
-                        format!("{PREFIX}quarantine"),
-                        format!("{PREFIX}queue-live:{name}"),
-                    ],
-                    &[&token, &format!("{PREFIX}wake:"), &fence, "1"],
-                );
-                let args = as_args(&call);
-                let released = join_all(
-                    wires
-                        .iter()
-                        .map(|wire| async { wire.lock().await.call(&args).await }),
-                )
-                .await;
+                let keys = [
+                    format!("{PREFIX}lock:{name}"),
+                    format!("{PREFIX}queue:{name}"),
+                    format!("{PREFIX}queue-terms:{name}"),
+                    format!("{PREFIX}fence:{name}"),
+                    format!("{PREFIX}deployment"),
+                    format!("{PREFIX}quarantine"),
+                    format!("{PREFIX}queue-live:{name}"),
+                    format!("{PREFIX}marked-run"),
+                    format!("{PREFIX}latest-expiry"),
+                    format!("{PREFIX}longest-ttl"),
+                ];
+                let wake = format!("{PREFIX}wake:");
+                let released =
+                    join_all(wires.iter().zip(&hashes.processes).map(|(wire, process)| {
+                        let call = evalsha(
+                            &hashes.release,
+                            &keys,
+                            &[&token, &wake, &fence, "1", "", "", "", "", "", "", process],
+                        );
+                        async move { wire.lock().await.call(&as_args(&call)).await }
+                    }))
+                    .await;
                 // 1: deleted; anything else on a master means the bench is not measuring a
                 // lock that was held there.
                 if released.iter().all(|r| matches!(r.as_deref(), Ok(b"1"))) {

@@ -50,18 +50,18 @@ impl ClientBuilder {
     }
 
     /// Longest TTL this client accepts. Default: [`defaults::MAX_TTL`](crate::config::defaults::MAX_TTL); at most
-    /// [`limits::MAX_TTL`](crate::config::limits::MAX_TTL). It is also the quarantine of a node that lost its data when some
-    /// other node cannot be asked for the longest TTL it recorded.
+    /// [`limits::MAX_TTL`](crate::config::limits::MAX_TTL).
     pub fn max_ttl(mut self, max: Duration) -> Self {
         self.settings.max_ttl = max;
         self
     }
 
-    /// How long a node that lost its data (a restart without persistence, a flush) grants
-    /// nothing, from when a client notices. Default: the longest TTL asked for in the
-    /// deployment, which every node records, so that every lock the node forgot has expired
-    /// on the other nodes before it grants again; nodes of a new deployment, and nodes that
-    /// kept their data (AOF with `appendfsync always`), are never quarantined.
+    /// How long a node that lost its data (a restart without persistence or from an older
+    /// snapshot, a flush) grants nothing, from when a client notices. Default: until the latest
+    /// expiry of the locks the other nodes granted, which every node records, and never longer
+    /// than the longest TTL asked for in the deployment, so that every lock the node forgot has
+    /// expired on the other nodes before it grants again; nodes of a new deployment, and nodes
+    /// that kept their data (AOF with `appendfsync always`), are never quarantined.
     /// `Duration::ZERO` turns quarantine off (the known Redlock weakness: a node that restarts
     /// empty can vote for a second holder).
     pub fn quarantine(mut self, period: Duration) -> Self {

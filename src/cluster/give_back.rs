@@ -46,6 +46,7 @@ impl Cluster {
                 node,
                 token: token.to_string(),
                 fence: 0,
+                sender: None,
             })
             .collect();
         self.release_grants(keys, grants, how)
@@ -85,7 +86,7 @@ impl Cluster {
                             .map(|(reply, _)| reply),
                         GiveBack::KeepingPlace(place, terms) => {
                             node.give_back(
-                                keys.for_place(),
+                                keys.for_give_back(),
                                 &grant.token,
                                 place,
                                 terms.as_ref(),

@@ -55,9 +55,9 @@ pub mod defaults {
     /// Prefix of every key redquorum writes: `redquorum:`. Locks are kept under
     /// `{prefix}lock:{name}` and fencing counters under `{prefix}fence:{name}`.
     pub const KEY_PREFIX: &str = "redquorum:";
-    /// Longest TTL a client accepts: 24 h. (A node that loses its data is quarantined for the
-    /// longest TTL actually asked for in the deployment, which the nodes record; this bound
-    /// is used instead only when some node cannot be asked.)
+    /// Longest TTL a client accepts: 24 h. (A node that loses its data is quarantined until
+    /// the latest expiry of the locks the other nodes granted, never longer than the longest
+    /// TTL actually asked for in the deployment; the nodes record both.)
     pub const MAX_TTL: Duration = super::limits::MAX_TTL;
     /// How long [`Client::doctor`](crate::Client::doctor) gives each master, unless the
     /// per-node deadline is longer: 2 s. Doctor connects anew and makes a few round trips.
@@ -102,7 +102,8 @@ pub mod limits {
 pub(crate) struct ClientSettings {
     pub(crate) key_prefix: String,
     pub(crate) max_ttl: Duration,
-    /// `None`: the longest TTL the nodes recorded.
+    /// `None`: from what the nodes recorded (the latest expiry of their locks, at most the
+    /// longest TTL asked).
     pub(crate) quarantine: Option<Duration>,
     pub(crate) require_durable: bool,
     pub(crate) fence_clock: bool,

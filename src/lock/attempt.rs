@@ -250,10 +250,11 @@ pub(super) async fn attempt(
         .iter()
         .enumerate()
         .filter_map(|(node, a)| match a {
-            Some(Ok(AcquireReply::HandedOver(token, fence))) => Some(Grant {
+            Some(Ok(AcquireReply::HandedOver(token, fence, sender))) => Some(Grant {
                 node,
                 token: token.to_string(),
                 fence: *fence,
+                sender: sender.clone(),
             }),
             _ => None,
         })

@@ -147,11 +147,12 @@ struct Holding {
 /// each made on the terms of an attempt this waiter remembers. One token on a quorum is taken
 /// as it is; otherwise the token on most nodes, with the highest fencing token among them.
 fn holding(cluster: &Cluster, q: &Queued<'_>, grants: &[Grant]) -> Option<Holding> {
-    let counts = |i: usize| {
+    // A grant counts only by a reading of the master's process that made it.
+    let counts = |g: &Grant| {
         cluster
             .nodes
-            .get(i)
-            .is_some_and(|n| n.vote_counts(None).is_ok())
+            .get(g.node)
+            .is_some_and(|n| n.grant_counts(g.sender.as_deref()).is_ok())
     };
     // The token is `<waiter id>/<attempt token>`.
     let started_of = |token: &str| {
@@ -166,14 +167,17 @@ fn holding(cluster: &Cluster, q: &Queued<'_>, grants: &[Grant]) -> Option<Holdin
         .iter()
         .map(|g| (g.node, g.token.as_str(), g.fence))
         .collect();
-    if let Some((token, fence)) = quorum_handover(&handovers, counts, quorum)
+    if let Some((token, fence)) =
+        quorum_handover(&handovers, |i| grants.get(i).is_some_and(counts), quorum)
         && let Some(started) = started_of(token)
     {
-        let on: Vec<usize> = grants
+        let mut on: Vec<usize> = grants
             .iter()
-            .filter(|g| g.token == token && g.fence == fence && counts(g.node))
+            .filter(|g| g.token == token && g.fence == fence && counts(g))
             .map(|g| g.node)
             .collect();
+        on.sort_unstable();
+        on.dedup();
         return Some(Holding {
             token: token.to_owned(),
             fence,
@@ -186,10 +190,7 @@ fn holding(cluster: &Cluster, q: &Queued<'_>, grants: &[Grant]) -> Option<Holdin
     // came after the earlier one was given back.
     let mut latest: Vec<&Grant> = Vec::new();
     for g in grants.iter().rev() {
-        if counts(g.node)
-            && started_of(&g.token).is_some()
-            && !latest.iter().any(|l| l.node == g.node)
-        {
+        if counts(g) && started_of(&g.token).is_some() && !latest.iter().any(|l| l.node == g.node) {
             latest.push(g);
         }
     }
@@ -241,6 +242,7 @@ async fn adopt(
             node: g.node,
             token: held.token.clone(),
             fence,
+            sender: g.sender.clone(),
         })
         .collect();
     let answers = fan_out(

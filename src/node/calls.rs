@@ -105,7 +105,11 @@ impl Node {
                 [Value::Int(4), Value::BulkString(token), Value::Int(fence)] => {
                     let token =
                         std::str::from_utf8(token).map_err(|_| unexpected("acquire", &items))?;
-                    AcquireReply::HandedOver(token.into(), non_negative(*fence))
+                    AcquireReply::HandedOver(
+                        token.into(),
+                        non_negative(*fence),
+                        self.process_of(link),
+                    )
                 }
                 [Value::Int(5)] => {
                     self.saw_deployment(false, None);
@@ -265,10 +269,11 @@ impl Node {
 
     /// Gives back the lock if `token` holds it, and puts the waiter of `place` back in line
     /// with `terms`, or none (see `lua/give_back.lua`), waking on `channel` an earlier waiter if the
-    /// lock is now free. Keys: the lock, its queue, the queue's terms and its live mark.
+    /// lock is now free. Keys: the lock, its queue, the queue's terms and its live mark, then the
+    /// deployment's marker, quarantine and marked process ([`Keys::for_give_back`]).
     pub(crate) async fn give_back(
         &self,
-        keys: [&str; 4],
+        keys: [&str; 7],
         token: &str,
         place: &Place,
         terms: Option<&Terms>,
@@ -334,10 +339,11 @@ impl Node {
     }
 
     /// What the node knows of its deployment: its marker, the longest TTL asked for on it, its
-    /// quarantine, and the process it was marked for.
+    /// quarantine, the process it was marked for, and how long until the latest expiry of the
+    /// locks it granted.
     pub(crate) async fn deployment(
         &self,
-        keys: [&str; 4],
+        keys: [&str; 5],
     ) -> std::result::Result<DeploymentState, NodeFailureKind> {
         let (value, _) = self
             .eval(Operation::Inspect, &SCRIPTS.deployment, &keys, |_| {})
@@ -351,6 +357,7 @@ impl Node {
                     Value::Int(longest),
                     Value::Int(pttl),
                     Value::BulkString(marked_run),
+                    Value::Int(expiry_left),
                 ] => DeploymentState {
                     marker: text(marker),
                     longest_ttl: Duration::from_millis(non_negative(*longest)),
@@ -359,6 +366,7 @@ impl Node {
                         .filter(|ms| *ms > 0)
                         .map(Duration::from_millis),
                     marked_run: text(marked_run),
+                    latest_expiry: u64::try_from(*expiry_left).ok().map(Duration::from_millis),
                     restarted: false,
                 },
                 _ => return Err(unexpected("deployment", &value)),
@@ -375,7 +383,7 @@ impl Node {
     /// was marked now (`false`: it already was, for that process).
     pub(crate) async fn mark(
         &self,
-        keys: [&str; 4],
+        keys: [&str; 5],
         id: &str,
         quarantine: Duration,
         longest_ttl: Duration,

@@ -11,10 +11,13 @@ use super::wire::{Call, Stream, Wire};
 
 /// Connects `wire` to the master `info` names, with `info`'s TCP options, for at most
 /// `timeout`, and logs in: `login` is the call of [`login_commands`], sent on `wire` first.
-/// The connection is broken if any of it fails.
+/// When `identify_at` is given, the login's reply at that place is an `INFO server`, whose
+/// `run_id` is booked as the connection's identity before it opens. The connection is broken
+/// if any of it fails.
 pub(super) async fn dial(
     wire: Wire,
     login: Option<Call>,
+    identify_at: Option<usize>,
     info: ConnectionInfo,
     tls: Option<Tls>,
     timeout: Duration,
@@ -22,8 +25,16 @@ pub(super) async fn dial(
     let connected = tokio::time::timeout(timeout, async {
         wire.attach(stream(&info, tls.as_ref()).await?);
         if let Some(login) = login {
-            for reply in login.await? {
+            let replies = login.await?;
+            let identity = identify_at.map(|at| super::Info::from_reply(replies.get(at)));
+            for reply in replies {
                 reply.extract_error()?;
+            }
+            if let Some(info) = identity {
+                let run_id = info.field("run_id").ok_or_else(|| {
+                    RedisError::from((ErrorKind::Parse, "INFO did not report run_id"))
+                })?;
+                wire.identify(&run_id);
             }
         }
         Ok::<_, RedisError>(())

@@ -20,6 +20,15 @@ impl ScriptArgs<'_> {
         arg.write_redis_args(self);
         self
     }
+
+    /// Adds empty arguments until there are `n`: an argument a script reads at a fixed place
+    /// after optional ones goes there.
+    pub(crate) fn pad_to(&mut self, n: usize) -> &mut Self {
+        while self.count < n {
+            self.write_arg(b"");
+        }
+        self
+    }
 }
 
 impl RedisWrite for ScriptArgs<'_> {

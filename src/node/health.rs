@@ -103,7 +103,7 @@ impl Node {
     }
 
     /// Whether a vote that came on connection `link` counts (`None`: on the current
-    /// connection, for grants heard on the subscription); the reason when it does not.
+    /// connection, if it is not known to be broken); the reason when it does not.
     ///
     /// Durability says what the master behind a connection may forget, and its identity which
     /// process made a grant; a reading from another connection may be of another process, so
@@ -113,11 +113,64 @@ impl Node {
         &self,
         link: Option<LinkId>,
     ) -> std::result::Result<(), NodeFailureKind> {
+        let link = link.or_else(|| {
+            self.current_link()
+                .filter(|(_, wire)| !wire.is_broken())
+                .map(|(id, _)| id)
+        });
         let health = self.health();
-        let link = link.or_else(|| self.current_link().map(|(id, _)| id));
         if self.settings.verify_votes && (link.is_none() || health.verified_link != link) {
             return Err(NodeFailureKind::Unverified);
         }
+        self.reading_lets_vote(&health)
+    }
+
+    /// Whether a grant made by the master's process `sender` (read on the connection that
+    /// carried it: a subscription, or an attempt's connection) counts: only by a reading of
+    /// that same process. A grant heard from a master that restarted since the client last
+    /// read it is judged by nothing the client knows, and counts for nothing until the master
+    /// is read again.
+    pub(crate) fn grant_counts(
+        &self,
+        sender: Option<&str>,
+    ) -> std::result::Result<(), NodeFailureKind> {
+        let health = self.health();
+        if self.settings.verify_votes
+            && (sender.is_none()
+                || health.verified_link.is_none()
+                || health.run_id.as_deref() != sender)
+        {
+            return Err(NodeFailureKind::Unverified);
+        }
+        self.reading_lets_vote(&health)
+    }
+
+    /// The process that connection `link` was read to be connected to, if it was.
+    pub(crate) fn process_of(&self, link: LinkId) -> Option<std::sync::Arc<str>> {
+        let health = self.health();
+        if health.verified_link != Some(link) {
+            return None;
+        }
+        health.run_id.as_deref().map(Into::into)
+    }
+
+    /// What a granting script is told of the master behind connection `link` (see
+    /// `marked_for_me` in `lua/marked.lua`): `*` when it was read durable, its `run_id`, or
+    /// nothing when the connection was not read yet (its reading is in the same pipeline as
+    /// the script, which then asks the master itself).
+    pub(super) fn process_arg(&self, link: LinkId) -> String {
+        let health = self.health();
+        if health.verified_link != Some(link) {
+            return String::new();
+        }
+        if health.durable() {
+            return "*".to_owned();
+        }
+        health.run_id.clone().unwrap_or_default()
+    }
+
+    /// What the reading says of the master's votes, whichever connection they came on.
+    fn reading_lets_vote(&self, health: &Health) -> std::result::Result<(), NodeFailureKind> {
         if let Some(other) = &health.same_server_as {
             return Err(NodeFailureKind::SameServer(other.clone()));
         }
@@ -300,5 +353,68 @@ impl Node {
                 .to_owned(),
         );
         pipe
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::Value;
+
+    use super::*;
+    use crate::node::{NodeSettings, Shared};
+
+    fn node() -> Node {
+        let settings = NodeSettings {
+            connect_timeout: Duration::from_secs(1),
+            verify_votes: true,
+            require_durable: false,
+        };
+        Node::new("redis://127.0.0.1:6379", settings, &Shared::default())
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Books a reading on connection `link` of process `run_id`, not durable, whose marker was
+    /// made for `marked_run`.
+    fn read(node: &Node, link: LinkId, run_id: &str, marked_run: &str) {
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let info = format!(
+            "# Server\r\nrun_id:{run_id}\r\nuptime_in_seconds:10\r\n# Persistence\r\naof_enabled:0\r\n"
+        );
+        let replies = [
+            bulk(&info),
+            Value::Array(vec![bulk("appendfsync"), bulk("everysec")]),
+            Value::Array(vec![bulk("d1"), bulk(marked_run)]),
+        ];
+        node.record_probe(link, &replies);
+    }
+
+    #[test]
+    fn a_grant_counts_only_by_a_reading_of_the_process_that_made_it() {
+        let node = node();
+        read(&node, 1, "aaaa", "aaaa");
+        assert_eq!(node.grant_counts(Some("aaaa")), Ok(()));
+        assert_eq!(node.process_arg(1), "aaaa");
+        // The master restarted (from a snapshot) and the grant came from its new process, which
+        // the client has not read: nothing it knows can judge it.
+        assert_eq!(
+            node.grant_counts(Some("bbbb")),
+            Err(NodeFailureKind::Unverified)
+        );
+        assert_eq!(node.grant_counts(None), Err(NodeFailureKind::Unverified));
+        // Read on a new connection: the new process, its marker made for the one before.
+        read(&node, 2, "bbbb", "aaaa");
+        assert_eq!(
+            node.grant_counts(Some("bbbb")),
+            Err(NodeFailureKind::Unmarked)
+        );
+        assert_eq!(
+            node.grant_counts(Some("aaaa")),
+            Err(NodeFailureKind::Unverified)
+        );
+        // A script sent on the old connection is told nothing; on the new one, the process.
+        assert_eq!(node.process_arg(1), "");
+        assert_eq!(node.process_arg(2), "bbbb");
     }
 }

@@ -45,8 +45,8 @@ fn joined(parts: &[&str]) -> String {
     key
 }
 
-/// How many keys a [`KeyList`] holds: the longest list, a reentrant lock's acquire, has nine.
-const KEY_LIST_CAPACITY: usize = 9;
+/// How many keys a [`KeyList`] holds: the longest list, a reentrant lock's acquire, has eleven.
+const KEY_LIST_CAPACITY: usize = 12;
 
 /// The keys of one script call, held in place: every call to every node makes one.
 #[derive(Debug, Default)]
@@ -75,6 +75,9 @@ pub(crate) struct DeploymentKeys {
     /// `{prefix}marked-run`: the `run_id` of the node's process when it was last marked; no
     /// expiry. Another process carrying the marker came back from older data (a snapshot).
     pub(crate) marked_run: String,
+    /// `{prefix}latest-expiry`: the latest moment, in the node's milliseconds, at which a lock
+    /// it granted may expire (see `lua/marked.lua`); no expiry.
+    pub(crate) latest_expiry: String,
 }
 
 impl Default for DeploymentKeys {
@@ -91,16 +94,18 @@ impl DeploymentKeys {
             longest_ttl: format!("{prefix}longest-ttl"),
             quarantine: format!("{prefix}quarantine"),
             marked_run: format!("{prefix}marked-run"),
+            latest_expiry: format!("{prefix}latest-expiry"),
         }
     }
 
     /// The keys of the deployment scripts (read and mark).
-    pub(crate) fn all(&self) -> [&str; 4] {
+    pub(crate) fn all(&self) -> [&str; 5] {
         [
             &self.marker,
             &self.longest_ttl,
             &self.quarantine,
             &self.marked_run,
+            &self.latest_expiry,
         ]
     }
 }
@@ -156,12 +161,15 @@ impl Keys {
             &d.longest_ttl,
             &d.quarantine,
             &self.queue_live,
+            &d.marked_run,
+            &d.latest_expiry,
         ])
     }
 
     /// The keys of the extend scripts (a reentrant lock's holds last).
     pub(crate) fn for_extend(&self) -> KeyList<'_> {
-        self.with_holds([&self.lock, &self.fence, &self.deployment.longest_ttl])
+        let d = &self.deployment;
+        self.with_holds([&self.lock, &self.fence, &d.longest_ttl, &d.latest_expiry])
     }
 
     /// The keys of the release scripts (a reentrant lock's holds last).
@@ -175,6 +183,9 @@ impl Keys {
             &d.marker,
             &d.quarantine,
             &self.queue_live,
+            &d.marked_run,
+            &d.latest_expiry,
+            &d.longest_ttl,
         ])
     }
 
@@ -201,9 +212,24 @@ impl Keys {
         [&self.lock, &self.fence]
     }
 
-    /// The keys of the scripts that act on a waiter's place (dequeue, give back).
+    /// The keys of the scripts that act on a waiter's place (dequeue, a holder's release).
     pub(crate) fn for_place(&self) -> [&str; 4] {
         [&self.lock, &self.queue, &self.terms, &self.queue_live]
+    }
+
+    /// The keys of the give-back: a place's, and the deployment's that say whether the master
+    /// may take one.
+    pub(crate) fn for_give_back(&self) -> [&str; 7] {
+        let d = &self.deployment;
+        [
+            &self.lock,
+            &self.queue,
+            &self.terms,
+            &self.queue_live,
+            &d.marker,
+            &d.quarantine,
+            &d.marked_run,
+        ]
     }
 }
 
@@ -239,7 +265,7 @@ mod tests {
         let owner = crate::config::Owner::from_id("o").unwrap();
         let reentrant = Keys::new("rq:", "x", LockKind::Reentrant(owner), d);
         assert_eq!(reentrant.lock, "rq:lock:x");
-        assert_eq!(reentrant.for_acquire().len(), 9);
+        assert_eq!(reentrant.for_acquire().len(), 11);
     }
 
     #[test]
@@ -256,7 +282,9 @@ mod tests {
                 "rq:deployment",
                 "rq:longest-ttl",
                 "rq:quarantine",
-                "rq:queue-live:x"
+                "rq:queue-live:x",
+                "rq:marked-run",
+                "rq:latest-expiry"
             ]
         );
         assert_eq!(
@@ -268,20 +296,34 @@ mod tests {
                 "rq:fence:x",
                 "rq:deployment",
                 "rq:quarantine",
-                "rq:queue-live:x"
+                "rq:queue-live:x",
+                "rq:marked-run",
+                "rq:latest-expiry",
+                "rq:longest-ttl"
             ]
         );
         assert_eq!(
             *mutex.for_extend(),
-            ["rq:lock:x", "rq:fence:x", "rq:longest-ttl"]
+            [
+                "rq:lock:x",
+                "rq:fence:x",
+                "rq:longest-ttl",
+                "rq:latest-expiry"
+            ]
         );
         let owner = crate::config::Owner::from_id("o").unwrap();
         let reentrant = Keys::new("rq:", "x", LockKind::Reentrant(owner), d);
         assert_eq!(reentrant.for_acquire().last(), Some(&"rq:holds:x"));
-        assert_eq!(reentrant.for_release().len(), 8);
+        assert_eq!(reentrant.for_release().len(), 11);
         assert_eq!(
             *reentrant.for_extend(),
-            ["rq:lock:x", "rq:fence:x", "rq:longest-ttl", "rq:holds:x"]
+            [
+                "rq:lock:x",
+                "rq:fence:x",
+                "rq:longest-ttl",
+                "rq:latest-expiry",
+                "rq:holds:x"
+            ]
         );
     }
 }

@@ -43,7 +43,7 @@ impl Node {
             // connection; the master behind a new one may have restarted.
             self.loaded.store(0, Ordering::Relaxed);
         }
-        let wire = self.dialer().dial(&[], false);
+        let wire = self.dialer().dial();
         let link = Link {
             id: self.last_link.fetch_add(1, Ordering::Relaxed) + 1,
             wire,
@@ -142,22 +142,42 @@ pub(crate) struct Dialer {
 
 impl Dialer {
     /// A new connection, made in the background: commands sent on it go out once it is up and
-    /// logged in, and `then` (after the login) is the first of them. A subscriber's values
-    /// after those are messages.
-    pub(crate) fn dial(&self, then: &[redis::Cmd], subscriber: bool) -> Wire {
+    /// logged in.
+    pub(crate) fn dial(&self) -> Wire {
+        self.dial_then(&[], None)
+    }
+
+    /// A subscription to `channel`: a connection whose values, once it is up, are messages. It
+    /// reads its master's process (`INFO server`) before it subscribes, so that every message
+    /// it carries is known to come from that process ([`Wire::identity`]): a grant counts only
+    /// by a reading of the process that made it.
+    pub(crate) fn subscribe(&self, channel: &str) -> Wire {
+        let mut subscribe = redis::cmd("SUBSCRIBE");
+        subscribe.arg(channel);
+        self.dial_then(
+            &[redis::cmd("INFO").arg("server").to_owned(), subscribe],
+            Some(0),
+        )
+    }
+
+    /// A connection whose login is followed by `then`: a subscriber's when `identify_at` is
+    /// given, the place in `then` of its `INFO server`.
+    fn dial_then(&self, then: &[redis::Cmd], identify_at: Option<usize>) -> Wire {
         let mut login = login_commands(&self.info);
+        let identify_at = identify_at.map(|at| at + login.len());
         login.extend_from_slice(then);
         let (wire, login) = Wire::connecting(
             self.metrics.clone(),
             self.background.clone(),
             &login,
-            subscriber,
+            identify_at.is_some(),
         );
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(dial(
                     wire.clone(),
                     login,
+                    identify_at,
                     self.info.clone(),
                     self.tls.clone(),
                     self.timeout,

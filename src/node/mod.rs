@@ -8,7 +8,7 @@
 //! order once it is up, so a node that is down at start-up blocks nothing and a reconnecting
 //! node costs a call no more than its deadline. A reconnect is always seen (a new connection
 //! has a new number), since the master behind the new connection may have restarted. redis-rs
-//! packs the commands and parses the replies; its own connections serve the deployment check.
+//! packs the commands and parses the replies.
 //!
 //! Health is read with `INFO` (and `CONFIG GET appendfsync` where allowed) pipelined in front
 //! of a script call: on every new connection, after a `NOSCRIPT` answer, and when the last
@@ -16,7 +16,12 @@
 //! and a reading belongs to the connection it was read on: a vote counts only when it came on
 //! the connection whose master's identity and uptime were read on that same connection. A
 //! master can only restart between two connections, never inside one, so a restarted master is
-//! never counted before its new uptime is known, at no extra round trip.
+//! never counted before its new uptime is known, at no extra round trip. A grant heard on a
+//! subscription (a hand-over) counts by the same rule: the subscription reads its master's
+//! identity before it subscribes, and the grant counts only when the node's reading is of that
+//! same process. The scripts that grant are told the reading of the connection they are sent on
+//! (or ask the master), so that a master back from older data grants nothing whatever a client
+//! knows (`lua/marked.lua`).
 
 mod calls;
 mod deadlines;

@@ -23,8 +23,9 @@ pub(crate) enum AcquireReply {
     Stale(u64),
     /// The lock is free, but an earlier waiter goes first.
     Reserved,
-    /// A release handed the lock to the calling waiter, with this token and fencing token.
-    HandedOver(Arc<str>, u64),
+    /// A release handed the lock to the calling waiter, with this token and fencing token; the
+    /// master's process as read on the connection that said so, if it was.
+    HandedOver(Arc<str>, u64, Option<Arc<str>>),
 }
 
 /// What a node knows of its deployment (see `lua/mark.lua`).
@@ -38,6 +39,9 @@ pub(crate) struct DeploymentState {
     pub(crate) quarantined_for: Option<Duration>,
     /// The `run_id` of the process the node was last marked for, if one was recorded.
     pub(crate) marked_run: Option<String>,
+    /// How long until the latest expiry of the locks the node granted (zero once it has
+    /// passed); `None` when it records none (marked by an earlier version).
+    pub(crate) latest_expiry: Option<Duration>,
     /// Whether the node, not durable, carries a marker made for another process than the one
     /// it is now: it came back from older data, and lost what it granted since (set by the
     /// client from its reading of the node, not by the node).

@@ -19,6 +19,9 @@ pub(crate) struct LuaScript {
     bit: u32,
     body: &'static str,
     sha: String,
+    /// Where, among its `ARGV` (from 1), a script that grants reads what the client read of
+    /// the master on the connection it is sent on (see `marked_for_me` in `lua/marked.lua`).
+    process_at: Option<usize>,
 }
 
 impl LuaScript {
@@ -27,6 +30,15 @@ impl LuaScript {
             bit,
             body,
             sha: redis::Script::new(body).get_hash().to_owned(),
+            process_at: None,
+        }
+    }
+
+    /// A script that grants: it is told, as `ARGV[at]`, what the client read of the master.
+    fn granting(bit: u32, body: &'static str, at: usize) -> Self {
+        LuaScript {
+            process_at: Some(at),
+            ..LuaScript::new(bit, body)
         }
     }
 }
@@ -52,21 +64,39 @@ pub(crate) struct Scripts {
     pub(crate) inspect: LuaScript,
 }
 
+/// Where the acquire scripts read the client's reading of the master: after the mutex's seven
+/// arguments and the two a kind may add.
+const ACQUIRE_PROCESS_AT: usize = 10;
+/// Where the release scripts read it: after the four arguments and the six of a place kept.
+const RELEASE_PROCESS_AT: usize = 11;
+/// Where the give-back reads it: after its eight arguments.
+const GIVE_BACK_PROCESS_AT: usize = 9;
+
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: LuaScript::new(
+    acquire: LuaScript::granting(
         1,
         concat!(
             include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/marked.lua"),
             include_str!("../../lua/acquire.lua")
         ),
+        ACQUIRE_PROCESS_AT,
     ),
-    extend: LuaScript::new(2, include_str!("../../lua/extend.lua")),
-    release: LuaScript::new(
+    extend: LuaScript::new(
+        2,
+        concat!(
+            include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/extend.lua")
+        ),
+    ),
+    release: LuaScript::granting(
         4,
         concat!(
             include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/marked.lua"),
             include_str!("../../lua/release.lua")
         ),
+        RELEASE_PROCESS_AT,
     ),
     dequeue: LuaScript::new(
         8,
@@ -75,59 +105,76 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
             include_str!("../../lua/dequeue.lua")
         ),
     ),
-    give_back: LuaScript::new(
+    give_back: LuaScript::granting(
         16,
         concat!(
             include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/marked.lua"),
             include_str!("../../lua/give_back.lua")
         ),
+        GIVE_BACK_PROCESS_AT,
     ),
     deployment: LuaScript::new(32, include_str!("../../lua/deployment.lua")),
     mark: LuaScript::new(64, include_str!("../../lua/mark.lua")),
     adopt: LuaScript::new(128, include_str!("../../lua/adopt.lua")),
     // The reentrant scripts wrap the mutex's own as functions, so that a reentrant lock and a
     // mutex of the same name exclude each other and share the queue and the hand-over.
-    reentrant_acquire: LuaScript::new(
+    reentrant_acquire: LuaScript::granting(
         1 << 8,
         concat!(
             include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/marked.lua"),
             "local function mutex_acquire()\n",
             include_str!("../../lua/acquire.lua"),
             "\nend\n",
             include_str!("../../lua/reentrant_acquire.lua")
         ),
+        ACQUIRE_PROCESS_AT,
     ),
-    reentrant_extend: LuaScript::new(1 << 9, include_str!("../../lua/reentrant_extend.lua")),
-    reentrant_release: LuaScript::new(
+    reentrant_extend: LuaScript::new(
+        1 << 9,
+        concat!(
+            include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/reentrant_extend.lua")
+        ),
+    ),
+    reentrant_release: LuaScript::granting(
         1 << 10,
         concat!(
             include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/marked.lua"),
             "local function mutex_release()\n",
             include_str!("../../lua/release.lua"),
             "\nend\n",
             include_str!("../../lua/reentrant_release.lua")
         ),
+        RELEASE_PROCESS_AT,
     ),
-    rw_acquire: LuaScript::new(
+    rw_acquire: LuaScript::granting(
         1 << 11,
         concat!(
             include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/marked.lua"),
             include_str!("../../lua/holders.lua"),
             include_str!("../../lua/rw_acquire.lua")
         ),
+        ACQUIRE_PROCESS_AT,
     ),
-    semaphore_acquire: LuaScript::new(
+    semaphore_acquire: LuaScript::granting(
         1 << 12,
         concat!(
             include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/marked.lua"),
             include_str!("../../lua/holders.lua"),
             include_str!("../../lua/semaphore_acquire.lua")
         ),
+        ACQUIRE_PROCESS_AT,
     ),
     holders_extend: LuaScript::new(
         1 << 13,
         concat!(
             include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/marked.lua"),
             include_str!("../../lua/holders.lua"),
             include_str!("../../lua/holders_extend.lua")
         ),
@@ -136,6 +183,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         1 << 14,
         concat!(
             include_str!("../../lua/queue.lua"),
+            include_str!("../../lua/marked.lua"),
             include_str!("../../lua/holders.lua"),
             include_str!("../../lua/holders_release.lua")
         ),
@@ -161,6 +209,13 @@ impl Node {
     ) -> std::result::Result<(Value, LinkId), NodeFailureKind> {
         let (link, conn) = self.connect();
         let known = self.loaded.load(Ordering::Relaxed) & script.bit != 0;
+        let process = script.process_at.map(|at| (at, self.process_arg(link)));
+        let args = |c: &mut ScriptArgs<'_>| {
+            args(c);
+            if let Some((at, process)) = &process {
+                c.pad_to(at - 1).arg(process.as_str());
+            }
+        };
         let call = |by_hash: bool| {
             let args = &args;
             move |out: &mut Vec<u8>| {

@@ -50,6 +50,10 @@ pub(crate) struct Grant {
     pub(crate) node: usize,
     pub(crate) token: String,
     pub(crate) fence: u64,
+    /// The master's process (`run_id`) that made the grant, as read on the connection that
+    /// carried it (the subscription, or the command connection of an attempt that heard of
+    /// it); `None` when not read. The grant counts only by a reading of that same process.
+    pub(crate) sender: Option<Arc<str>>,
 }
 
 /// A handover token this client took a lock with.

@@ -8,7 +8,7 @@
 //! socket rather than wake it (see `node/wire/state`): the keeper is woken only when something
 //! comes that no waiter reads.
 
-use std::sync::{Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -22,10 +22,14 @@ use crate::node::{Dialer, Listening, Wire};
 const RESUBSCRIBE_MIN: Duration = Duration::from_millis(50);
 const RESUBSCRIBE_MAX: Duration = Duration::from_secs(2);
 
-/// Reads a message from master `node`: `<waiter id>`, or `<waiter id> <token> <fence> <lock
-/// key>` when the release handed the lock to the waiter there. Ids and tokens have no spaces;
-/// the key, last, may.
-pub(super) fn parse_message(payload: &str, node: usize) -> (&str, Option<(Grant, String)>) {
+/// Reads a message from master `node`'s process `sender`: `<waiter id>`, or `<waiter id>
+/// <token> <fence> <lock key>` when the release handed the lock to the waiter there. Ids and
+/// tokens have no spaces; the key, last, may.
+pub(super) fn parse_message(
+    payload: &str,
+    node: usize,
+    sender: Option<Arc<str>>,
+) -> (&str, Option<(Grant, String)>) {
     let mut parts = payload.splitn(4, ' ');
     let waiter = parts.next().unwrap_or_default();
     let grant = match (
@@ -38,6 +42,7 @@ pub(super) fn parse_message(payload: &str, node: usize) -> (&str, Option<(Grant,
                 node,
                 token: token.to_owned(),
                 fence,
+                sender,
             },
             key.to_owned(),
         )),
@@ -80,7 +85,7 @@ pub(super) fn hear<'a>(
             let Some(payload) = payload(&message) else {
                 continue;
             };
-            let (waiter, grant) = parse_message(&payload, node);
+            let (waiter, grant) = parse_message(&payload, node, listening.identity());
             match state.deliver(waiter, grant) {
                 Delivered::Wake(waker) => wake.push(waker),
                 Delivered::Orphan(orphan) => {
@@ -162,11 +167,6 @@ pub(super) async fn keep(
     channel: String,
     mut alive: watch::Receiver<()>,
 ) {
-    let subscribe = {
-        let mut cmd = redis::cmd("SUBSCRIBE");
-        cmd.arg(&channel);
-        [cmd]
-    };
     let now = Instant::now();
     let mut kept: Vec<Kept> = dialers
         .into_iter()
@@ -201,7 +201,7 @@ pub(super) async fn keep(
                     if slot.is_some() {
                         tracing::debug!(node = i, "release subscription lost; resubscribing");
                     }
-                    let wire = k.dialer.dial(&subscribe, true);
+                    let wire = k.dialer.subscribe(&channel);
                     k.listening = Some(wire.listen(true));
                     *slot = Some(wire);
                     k.made_at = now;
@@ -270,8 +270,13 @@ mod tests {
 
     #[test]
     fn messages_are_read_as_wakes_or_grants() {
-        assert_eq!(parse_message("ab.1", 2), ("ab.1", None));
-        let (waiter, grant) = parse_message("ab.1 ab.1/f00d 42 rq:lock:a name with spaces", 3);
+        assert_eq!(parse_message("ab.1", 2, None), ("ab.1", None));
+        let sender: Option<Arc<str>> = Some("0123abcd".into());
+        let (waiter, grant) = parse_message(
+            "ab.1 ab.1/f00d 42 rq:lock:a name with spaces",
+            3,
+            sender.clone(),
+        );
         assert_eq!(waiter, "ab.1");
         let (grant, key) = grant.unwrap();
         assert_eq!(
@@ -279,12 +284,16 @@ mod tests {
             Grant {
                 node: 3,
                 token: "ab.1/f00d".to_owned(),
-                fence: 42
+                fence: 42,
+                sender,
             }
         );
         assert_eq!(key, "rq:lock:a name with spaces");
         // Anything malformed is at most a wake.
-        assert_eq!(parse_message("ab.1 tok notanumber key", 0), ("ab.1", None));
+        assert_eq!(
+            parse_message("ab.1 tok notanumber key", 0, None),
+            ("ab.1", None)
+        );
     }
 
     #[test]

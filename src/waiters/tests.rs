@@ -48,6 +48,7 @@ fn grants_for_a_waiter_that_left_are_orphans_unless_kept() {
         node,
         token: token.to_owned(),
         fence: 7,
+        sender: None,
     };
     let msg = |node: usize, token: &str| Some((on(node, token), "p:lock:x".to_owned()));
     let given_back = |d: Delivered| orphan(d).map(|o| o.grant);
@@ -105,6 +106,7 @@ fn a_grant_given_back_is_no_grant_when_heard_again() {
         node,
         token: token.to_owned(),
         fence: 7,
+        sender: None,
     };
     let msg = |node: usize, token: &str| Some((on(node, token), "p:lock:x".to_owned()));
     let _listening = waiters.listen("w1");

@@ -60,6 +60,17 @@ pub fn client(nodes: &LocalNodes) -> Client {
         .expect("build client")
 }
 
+/// A client with the default quarantine (worked out from what the masters record), for tests
+/// of masters that lose their data, and a per-node deadline generous enough for a loaded
+/// machine.
+pub fn quarantining_client(nodes: &LocalNodes) -> Client {
+    Client::builder()
+        .nodes(nodes.urls())
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .expect("build client")
+}
+
 /// Options for short-lived test locks that retry quickly.
 pub fn opts(ttl_ms: u64) -> LockOptions {
     LockOptions::new(Duration::from_millis(ttl_ms))

@@ -28,7 +28,7 @@ mod tests;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use redis::{RedisError, RedisResult, Value};
@@ -52,6 +52,10 @@ pub(crate) struct Wire {
 /// What a connection's handles share.
 struct Shared {
     state: Mutex<State>,
+    /// The master's process (`run_id`), when the login read it (a subscription's does): every
+    /// value read on the connection comes from that process, since a connection does not
+    /// outlive the process it was made to.
+    identity: OnceLock<Arc<str>>,
     /// The client's detached futures, which its tasks' calls finish (see `detached.rs`).
     background: Arc<Background>,
 }
@@ -97,6 +101,7 @@ impl Wire {
         let wire = Wire {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::new(metrics, subscriber)),
+                identity: OnceLock::new(),
                 background,
             }),
         };
@@ -116,6 +121,11 @@ impl Wire {
     /// for it.
     pub(super) fn attach(&self, stream: Box<dyn Stream>) {
         with_state(&self.shared, |state| state.attach(stream));
+    }
+
+    /// Books the master's process as the login read it, before [`Wire::open`].
+    pub(super) fn identify(&self, run_id: &str) {
+        let _ = self.shared.identity.set(run_id.into());
     }
 
     /// The login was answered without error: every command sent goes out.
@@ -266,6 +276,12 @@ pub(crate) struct Heard {
 }
 
 impl Listening {
+    /// The process of the master whose messages these are, if the login read it (see
+    /// [`Wire::identity`]); known before any message is handed out.
+    pub(crate) fn identity(&self) -> Option<Arc<str>> {
+        self.wire.identity.get().cloned()
+    }
+
     /// The messages read so far, reading what the socket has when no one else reads; `cx` is
     /// woken when more may be read (or this listener is handed the reading).
     pub(crate) fn poll_heard(&mut self, cx: &mut Context<'_>) -> Heard {

@@ -311,8 +311,15 @@ impl State {
         if self.take_reading(me, background) {
             self.read(cx, me);
         }
+        // Messages are handed out once the login is answered and the connection open: by then
+        // what the login read of the master (see `Wire::identity`) is known.
+        let messages = if self.opened {
+            std::mem::take(&mut self.messages)
+        } else {
+            Vec::new()
+        };
         Heard {
-            messages: std::mem::take(&mut self.messages),
+            messages,
             broken: self.broken.is_some(),
         }
     }
