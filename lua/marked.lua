@@ -9,8 +9,9 @@
 -- checked here, whatever the calling client knows. `marked_run` is the process the marker was
 -- made for (`{prefix}marked-run`, false when none is recorded: marked again first). `process`
 -- is the caller's reading of this very connection, which cannot outlive the process it was
--- made to: its `run_id`, '*' when it read the master durable (AOF with `appendfsync always`),
--- or '' when its reading is in the same pipeline as this call: the master is asked then.
+-- made to: its `run_id`, '*' when it read the master durable (AOF with `appendfsync always`)
+-- or turned quarantine off, or '' when its reading is in the same pipeline as this call: the
+-- master is asked then.
 local function marked_for_me(marked_run, process)
   if process == '*' then
     return true

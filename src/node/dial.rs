@@ -12,8 +12,9 @@ use super::wire::{Call, Stream, Wire};
 /// Connects `wire` to the master `info` names, with `info`'s TCP options, for at most
 /// `timeout`, and logs in: `login` is the call of [`login_commands`], sent on `wire` first.
 /// When `identify_at` is given, the login's reply at that place is an `INFO server`, whose
-/// `run_id` is booked as the connection's identity before it opens. The connection is broken
-/// if any of it fails.
+/// `run_id` is booked as the connection's identity before it opens (a master that refuses
+/// `INFO` leaves it unknown, and grants heard on the connection count only where votes are not
+/// verified). The connection is broken if anything else of it fails.
 pub(super) async fn dial(
     wire: Wire,
     login: Option<Call>,
@@ -26,15 +27,15 @@ pub(super) async fn dial(
         wire.attach(stream(&info, tls.as_ref()).await?);
         if let Some(login) = login {
             let replies = login.await?;
-            let identity = identify_at.map(|at| super::Info::from_reply(replies.get(at)));
-            for reply in replies {
-                reply.extract_error()?;
-            }
-            if let Some(info) = identity {
-                let run_id = info.field("run_id").ok_or_else(|| {
-                    RedisError::from((ErrorKind::Parse, "INFO did not report run_id"))
-                })?;
+            if let Some(at) = identify_at
+                && let Some(run_id) = super::Info::from_reply(replies.get(at)).field("run_id")
+            {
                 wire.identify(&run_id);
+            }
+            for (i, reply) in replies.into_iter().enumerate() {
+                if Some(i) != identify_at {
+                    reply.extract_error()?;
+                }
             }
         }
         Ok::<_, RedisError>(())

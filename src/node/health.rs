@@ -155,10 +155,14 @@ impl Node {
     }
 
     /// What a granting script is told of the master behind connection `link` (see
-    /// `marked_for_me` in `lua/marked.lua`): `*` when it was read durable, its `run_id`, or
-    /// nothing when the connection was not read yet (its reading is in the same pipeline as
-    /// the script, which then asks the master itself).
+    /// `marked_for_me` in `lua/marked.lua`): `*` when it was read durable, or when this client
+    /// does not check (quarantine off and durability not required: it asks for no reading), its
+    /// `run_id`, or nothing when the connection was not read yet (its reading is in the same
+    /// pipeline as the script, which then asks the master itself).
     pub(super) fn process_arg(&self, link: LinkId) -> String {
+        if !self.settings.verify_votes {
+            return "*".to_owned();
+        }
         let health = self.health();
         if health.verified_link != Some(link) {
             return String::new();

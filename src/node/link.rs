@@ -149,8 +149,8 @@ impl Dialer {
 
     /// A subscription to `channel`: a connection whose values, once it is up, are messages. It
     /// reads its master's process (`INFO server`) before it subscribes, so that every message
-    /// it carries is known to come from that process ([`Wire::identity`]): a grant counts only
-    /// by a reading of the process that made it.
+    /// it carries is known to come from that process (`Listening::identity`): a grant counts
+    /// only by a reading of the process that made it.
     pub(crate) fn subscribe(&self, channel: &str) -> Wire {
         let mut subscribe = redis::cmd("SUBSCRIBE");
         subscribe.arg(channel);

@@ -124,7 +124,7 @@ pub const IN_STEP: &[(&str, &str, u64)] = &[
     (
         "marked.lua",
         "`Here::gate` and `Keys::record`",
-        0x09f6_07cd_31a8_5886,
+        0x8b95_9e74_b5c5_e37c,
     ),
     (
         "queue.lua",

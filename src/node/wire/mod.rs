@@ -277,7 +277,7 @@ pub(crate) struct Heard {
 
 impl Listening {
     /// The process of the master whose messages these are, if the login read it (see
-    /// [`Wire::identity`]); known before any message is handed out.
+    /// [`Wire::identify`]); known before any message is handed out.
     pub(crate) fn identity(&self) -> Option<Arc<str>> {
         self.wire.identity.get().cloned()
     }

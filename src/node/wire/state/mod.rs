@@ -312,7 +312,7 @@ impl State {
             self.read(cx, me);
         }
         // Messages are handed out once the login is answered and the connection open: by then
-        // what the login read of the master (see `Wire::identity`) is known.
+        // what the login read of the master (see `Wire::identify`) is known.
         let messages = if self.opened {
             std::mem::take(&mut self.messages)
         } else {
