@@ -12,6 +12,8 @@
 mod common;
 mod http_common;
 
+use http_common::read_events;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -877,29 +879,6 @@ async fn whole_numbers_may_be_written_with_a_fraction_or_an_exponent() {
     }
 }
 
-/// Reads NDJSON events from a streaming response until `stop` says so or `limit` passes.
-async fn read_events(
-    response: &mut reqwest::Response,
-    limit: Duration,
-    mut stop: impl FnMut(&[Value]) -> bool,
-) -> Vec<Value> {
-    let mut events = Vec::new();
-    let mut pending = Vec::new();
-    let end = Instant::now() + limit;
-    while Instant::now() < end && !stop(&events) {
-        let Ok(chunk) = tokio::time::timeout_at(end.into(), response.chunk()).await else {
-            break;
-        };
-        let Some(chunk) = chunk.unwrap() else { break };
-        pending.extend_from_slice(&chunk);
-        while let Some(pos) = pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=pos).collect();
-            events.push(serde_json::from_slice(&line).unwrap());
-        }
-    }
-    events
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_holds_the_lock_until_the_client_disconnects() {
     let nodes = common::nodes(3);
@@ -917,7 +896,7 @@ async fn a_session_holds_the_lock_until_the_client_disconnects() {
     // Four TTLs: the server renews while we only read.
     let events = read_events(&mut stream, Duration::from_millis(2_400), |_| false).await;
     assert_eq!(events[0]["event"], "acquired");
-    let token = events[0]["token"].as_str().unwrap().to_owned();
+    let token = common::stored_token(&nodes, 0, "job").await.unwrap();
     let renewed = events.iter().filter(|e| e["event"] == "renewed").count();
     assert!(renewed >= 5, "{events:?}");
     let r = http
@@ -1008,7 +987,8 @@ async fn session_held_everywhere(
         .await
         .unwrap();
     let first = read_events(&mut stream, Duration::from_secs(2), |e| !e.is_empty()).await;
-    let token = first[0]["token"].as_str().unwrap().to_owned();
+    assert_eq!(first[0]["event"], "acquired");
+    let token = common::stored_token(nodes, 0, name).await.unwrap();
     assert!(common::token_everywhere(nodes, name, &token).await);
     stream
 }

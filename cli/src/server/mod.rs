@@ -5,6 +5,7 @@
 //! The API is described in `docs/http-api.md`.
 
 mod auth;
+mod departure;
 mod error;
 mod http_metrics;
 mod inline;
@@ -199,7 +200,7 @@ pub(crate) async fn serve_http(
                 }
             },
         };
-        let service = TowerToHyperService::new(router.clone());
+        let service = with_departure(router.clone(), &stream);
         let stop = stop.clone();
         // Polled in place when hyper wakes the connection from inside its own poll (see
         // `inline.rs`).
@@ -207,6 +208,9 @@ pub(crate) async fn serve_http(
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.idle_timeout)
+                // A client that closes its sending side after its request still gets the
+                // answer; one that waits is watched for leaving (see `departure.rs`).
+                .half_close(true)
                 .serve_connection(TokioIo::new(stream), service);
             let mut connection = std::pin::pin!(connection);
             let result = tokio::select! {
@@ -239,6 +243,19 @@ pub(crate) async fn serve_http(
     drop(listener);
     connections.close();
     connections.wait().await;
+}
+
+/// `router` as hyper calls it for one connection on `stream`: each request carries the
+/// connection's [`departure::Departure`], which waiting handlers watch.
+fn with_departure(
+    router: Router,
+    stream: &TcpStream,
+) -> TowerToHyperService<axum::middleware::AddExtension<Router, departure::Departure>> {
+    let departure = departure::Departure::of(stream).unwrap_or_default();
+    TowerToHyperService::new(tower_layer::Layer::layer(
+        &axum::Extension(departure),
+        router,
+    ))
 }
 
 /// How long to wait before accepting again after an error other than a client's.

@@ -11,12 +11,13 @@ use redquorum::{Lock, LockKind};
 use serde_json::{Map, Value};
 
 use super::AppState;
+use super::departure::Departure;
 use super::error::ApiError;
 use super::kind::{OwnerUse, inward, kind_fields, outward};
 use super::request::Fields;
 use super::routes::{
     ACQUIRE_FIELDS, acquire_params, body_kind, expires_at, millis, owner_to_log,
-    unless_shutting_down,
+    unless_shutting_down, watched,
 };
 use super::units::millis_of;
 
@@ -24,6 +25,7 @@ use super::units::millis_of;
 /// nothing, waiting up to `wait_ms` in all.
 pub(crate) async fn acquire(
     State(state): State<AppState>,
+    departure: Departure,
     body: Fields,
 ) -> Result<Json<Value>, ApiError> {
     let mut allowed = ACQUIRE_FIELDS.to_vec();
@@ -34,8 +36,12 @@ pub(crate) async fn acquire(
         .ok_or_else(|| ApiError::bad_request("invalid_names", "names is required"))?;
     let params = acquire_params(&body)?;
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let multi =
-        unless_shutting_down(&state, state.client.acquire_all(&names, &params.opts)).await?;
+    let multi = unless_shutting_down(
+        &state,
+        watched(&departure, params.wait),
+        state.client.acquire_all(&names, &params.opts),
+    )
+    .await?;
     tracing::debug!(
         locks = multi.locks().len(),
         kind = params.kind.kind.as_str(),

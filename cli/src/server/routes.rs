@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::AppState;
+use super::departure::Departure;
 use super::error::ApiError;
 use super::kind::{OwnerUse, RequestKind, inward, kind_fields, outward, request_kind};
 use super::request::Fields;
@@ -88,6 +89,8 @@ pub(crate) struct AcquireParams {
     pub(crate) opts: LockOptions,
     /// The TTL asked for (also in `opts`).
     pub(crate) ttl: Duration,
+    /// How long it may wait (also in `opts`).
+    pub(crate) wait: Duration,
     /// The kind asked for (also in `opts`) and the owner given.
     pub(crate) kind: RequestKind,
 }
@@ -118,6 +121,7 @@ pub(crate) fn acquire_params(body: &Fields) -> Result<AcquireParams, ApiError> {
             .fair(fair)
             .kind(kind.kind.clone()),
         ttl,
+        wait,
         kind,
     })
 }
@@ -130,13 +134,22 @@ pub(crate) fn body_kind(body: &Fields, owner_use: OwnerUse) -> Result<RequestKin
     request_kind(kind.as_deref(), permits, owner, owner_use)
 }
 
-/// `acquiring`, unless the server shuts down first: a waiting acquire would otherwise hold
-/// the shutdown up for as long as it may wait. Given up, it gives back what an attempt under
-/// way got and its place in the queue, as every dropped acquire does.
+/// `acquiring`, unless the server shuts down first, or the client goes away while it waits
+/// (watched when `departure` is given: only a wait gives a client the time to leave). Either
+/// way, a waiting acquire would otherwise hold on: the shutdown up for as long as it may wait,
+/// and a place in line, then the lock it is handed, for nobody. Given up, it gives back what
+/// an attempt under way got and its place in the queue, as every dropped acquire does.
 pub(crate) async fn unless_shutting_down<T>(
     state: &AppState,
+    departure: Option<&Departure>,
     acquiring: impl Future<Output = redquorum::Result<T>>,
 ) -> Result<T, ApiError> {
+    let departed = async {
+        match departure {
+            Some(departure) => departure.departed().await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         // A request that comes in while the server stops asks no master.
         biased;
@@ -145,8 +158,27 @@ pub(crate) async fn unless_shutting_down<T>(
             "shutting_down",
             "the server is shutting down; ask another instance, or this one once it is back",
         )),
+        () = departed => {
+            tracing::info!("a client went away while it waited; its acquire gave up");
+            Err(client_gone())
+        }
         result = acquiring => Ok(result?),
     }
+}
+
+/// The answer to a request whose client has gone: nobody reads it, but the request metrics
+/// count it, under the status proxies give it.
+fn client_gone() -> ApiError {
+    ApiError::new(
+        StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        "client_gone",
+        "the client closed the connection while the request waited",
+    )
+}
+
+/// The departure to watch for a request that waits up to `wait`: none when it does not wait.
+pub(crate) fn watched(departure: &Departure, wait: Duration) -> Option<&Departure> {
+    (!wait.is_zero()).then_some(departure)
 }
 
 /// The fields every answer about a held lock carries.
@@ -203,12 +235,18 @@ pub(crate) fn owner_to_log(kind: &RequestKind) -> &str {
 /// `POST /v1/locks/{name}`: take a lock of any kind, waiting up to `wait_ms`.
 pub(crate) async fn acquire(
     State(state): State<AppState>,
+    departure: Departure,
     path: PathName,
     body: Fields,
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;
     let params = acquire_params(&body.only(&ACQUIRE_FIELDS)?)?;
-    let lock = unless_shutting_down(&state, state.client.acquire(&name, &params.opts)).await?;
+    let lock = unless_shutting_down(
+        &state,
+        watched(&departure, params.wait),
+        state.client.acquire(&name, &params.opts),
+    )
+    .await?;
     tracing::debug!(lock = ?name, kind = lock.kind().as_str(), owner = owner_to_log(&params.kind), fence = lock.fence(), "acquired");
     let body = held(&lock, params.kind.owner.as_deref());
     // The caller holds the lock now; this process keeps nothing of it.

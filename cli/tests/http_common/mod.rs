@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -168,4 +169,27 @@ pub fn metric_value(text: &str, prefix: &str) -> Option<f64> {
         .find(|l| l.starts_with(prefix))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
+}
+
+/// Reads NDJSON events from a streaming response until `stop` says so or `limit` passes.
+pub async fn read_events(
+    response: &mut reqwest::Response,
+    limit: Duration,
+    mut stop: impl FnMut(&[Value]) -> bool,
+) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut pending = Vec::new();
+    let end = Instant::now() + limit;
+    while Instant::now() < end && !stop(&events) {
+        let Ok(chunk) = tokio::time::timeout_at(end.into(), response.chunk()).await else {
+            break;
+        };
+        let Some(chunk) = chunk.unwrap() else { break };
+        pending.extend_from_slice(&chunk);
+        while let Some(pos) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=pos).collect();
+            events.push(serde_json::from_slice(&line).unwrap());
+        }
+    }
+    events
 }
