@@ -76,6 +76,12 @@ async fn post(app: &Router, uri: &str, body: Value) -> (StatusCode, Value) {
     call(app, "POST", uri, body.to_string(), None).await
 }
 
+/// Waits until the probes' shared reading of the masters (at most a second old) has aged out,
+/// so that the next `/readyz` reads the masters as they are now.
+async fn a_fresh_reading_is_due() {
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+}
+
 /// A server on a real loopback socket, with the default connection limits; cancelled (and
 /// awaited) by the returned token and handle.
 async fn spawn_server(
@@ -278,6 +284,7 @@ async fn a_majority_down_is_503_and_readyz_recovers() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "quorum_unavailable");
     assert_eq!(body["failures"].as_array().unwrap().len(), 2);
+    a_fresh_reading_is_due().await;
     let r = http.get(url("/readyz")).send().await.unwrap();
     assert_eq!(r.status(), 503);
     let body: Value = r.json().await.unwrap();
@@ -784,8 +791,10 @@ async fn readyz_counts_a_silent_master_out() {
     let (status, body) = call(&app, "GET", "/readyz", Body::empty(), None).await;
     assert_eq!((status, body["usable"].clone()), (StatusCode::OK, json!(3)));
     nodes.pause(1).unwrap();
+    a_fresh_reading_is_due().await;
     let (status, one_paused) = call(&app, "GET", "/readyz", Body::empty(), None).await;
     nodes.pause(2).unwrap();
+    a_fresh_reading_is_due().await;
     let (majority_status, majority_paused) =
         call(&app, "GET", "/readyz", Body::empty(), None).await;
     let (acquire_status, acquire) = post(&app, "/v1/locks/paused", json!({})).await;
@@ -808,6 +817,7 @@ async fn readyz_counts_a_silent_master_out() {
         "{majority_paused}"
     );
     assert_eq!(acquire_status, StatusCode::SERVICE_UNAVAILABLE, "{acquire}");
+    a_fresh_reading_is_due().await;
     let (status, body) = call(&app, "GET", "/readyz", Body::empty(), None).await;
     assert_eq!(
         (status, body["usable"].clone()),
@@ -843,6 +853,7 @@ async fn readyz_counts_out_masters_that_lost_their_data() {
             .await
             .unwrap();
     }
+    a_fresh_reading_is_due().await;
     let (status, body) = call(&strict, "GET", "/readyz", Body::empty(), None).await;
     assert_eq!(
         (status, body["ready"].clone(), body["usable"].clone()),

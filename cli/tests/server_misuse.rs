@@ -1,7 +1,8 @@
 //! The coordinator against clients that misuse it, on a real socket against real redis-server
 //! processes: a session's lock changes only through its session, its stream says how long the
 //! lock is held in a way a late event cannot stretch, and a client that leaves while it waits
-//! (bytes after its request or not) leaves no place and takes no lock.
+//! (bytes after its request or not) leaves no place and takes no lock; the API asks for its
+//! token before it says which routes exist, and the open probes share their readings.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../../tests/common/mod.rs"]
@@ -11,13 +12,17 @@ mod http_common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use axum::body::Body;
+use axum::http::Request;
+use http_body_util::BodyExt;
 use http_common::read_events;
 use redquorum::LockOptions;
-use redquorum_cli::server::ConnectionLimits;
+use redquorum_cli::server::{AppOptions, BearerToken, ConnectionLimits};
 use redquorum_testkit::LocalNodes;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tower::ServiceExt;
 
 async fn serve(
     nodes: &LocalNodes,
@@ -280,4 +285,95 @@ async fn a_client_that_half_closes_after_its_request_is_answered() {
     assert!(answer.contains("\"token\""), "{answer}");
     stop.cancel();
     task.await.unwrap();
+}
+
+/// The router on `nodes` with a bearer token.
+fn app_with_token(nodes: &LocalNodes) -> axum::Router {
+    redquorum_cli::server::app(
+        common::patient_client(nodes),
+        AppOptions {
+            auth: BearerToken::new("s3cret"),
+            ..AppOptions::default()
+        },
+    )
+}
+
+/// `(status, error code)` of one request, with the token or without.
+async fn status_of(app: &axum::Router, method: &str, uri: &str, token: bool) -> (u16, Value) {
+    let mut request = Request::builder().method(method).uri(uri);
+    if token {
+        request = request.header("authorization", "Bearer s3cret");
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, body["error"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_asks_for_the_token_before_it_says_which_routes_exist() {
+    let nodes = common::nodes(3);
+    let app = app_with_token(&nodes);
+    for (method, uri) in [
+        ("GET", "/v1/nothing-here"),
+        ("GET", "/v1"),
+        ("DELETE", "/v1/locks/job"),
+        ("GET", "/v1/multi"),
+        ("POST", "/v1/locks/job"),
+    ] {
+        assert_eq!(
+            status_of(&app, method, uri, false).await,
+            (401, json!("unauthorized")),
+            "{method} {uri}"
+        );
+    }
+    assert_eq!(
+        status_of(&app, "GET", "/v1/nothing-here", true).await,
+        (404, json!("not_found"))
+    );
+    assert_eq!(
+        status_of(&app, "DELETE", "/v1/locks/job", true).await,
+        (405, json!("method_not_allowed"))
+    );
+    // The probes stay open; so do paths outside the API.
+    assert_eq!(status_of(&app, "GET", "/healthz", false).await.0, 200);
+    assert_eq!(status_of(&app, "GET", "/readyz", false).await.0, 200);
+    assert_eq!(status_of(&app, "GET", "/elsewhere", false).await.0, 404);
+}
+
+/// Commands master `i` has processed so far.
+async fn commands_processed(nodes: &LocalNodes, i: usize) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(&mut common::raw(nodes, i).await)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_probes_share_one_reading_of_the_masters() {
+    let nodes = common::nodes(3);
+    let app = app_with_token(&nodes);
+    // The client's connections made, so that what is counted is readings.
+    assert_eq!(status_of(&app, "GET", "/readyz", false).await.0, 200);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let before = commands_processed(&nodes, 0).await;
+    let probes = (0..100).map(|_| status_of(&app, "GET", "/readyz", false));
+    let answers = futures::future::join_all(probes).await;
+    assert!(answers.iter().all(|(status, _)| *status == 200));
+    // The test's own two INFO commands, and one or two readings of a few commands each:
+    // never one reading per probe.
+    let spent = commands_processed(&nodes, 0).await - before;
+    assert!(spent <= 30, "100 probes cost master 0 {spent} commands");
 }

@@ -16,6 +16,12 @@ use http_common::metric_value as value;
 use redquorum_cli::server::AppOptions;
 use tower::ServiceExt;
 
+/// Waits until the scrapes' shared reading of the masters (at most a second old) has aged
+/// out, so that the next scrape reads the masters as they are now.
+async fn a_fresh_reading_is_due() {
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+}
+
 async fn scrape(app: &Router) -> String {
     let req = Request::builder()
         .uri("/metrics")
@@ -101,6 +107,7 @@ async fn node_gauges_are_read_at_each_scrape() {
     }
     // A master stopped while no lock is asked for is down at the next scrape.
     nodes.kill(1).unwrap();
+    a_fresh_reading_is_due().await;
     let text = scrape(&app).await;
     let up =
         |text: &str, node: &str| value(text, &format!(r#"redquorum_node_up{{node="{node}"}}"#));
@@ -108,13 +115,16 @@ async fn node_gauges_are_read_at_each_scrape() {
     assert_eq!(up(&text, &addrs[0]), Some(1.0), "{text}");
     // And up again at the next one after it is back.
     nodes.restart(1).unwrap();
+    a_fresh_reading_is_due().await;
     let text = scrape(&app).await;
     assert_eq!(up(&text, &addrs[1]), Some(1.0), "{text}");
     // A paused master keeps its connection open and answers nothing: down as well.
     nodes.pause(2).unwrap();
+    a_fresh_reading_is_due().await;
     let text = scrape(&app).await;
     nodes.resume(2).unwrap();
     assert_eq!(up(&text, &addrs[2]), Some(0.0), "{text}");
+    a_fresh_reading_is_due().await;
     let text = scrape(&app).await;
     assert_eq!(up(&text, &addrs[2]), Some(1.0), "{text}");
 }

@@ -47,12 +47,18 @@ fn bearer_credentials(value: &[u8]) -> Option<&[u8]> {
     rest.get(start..)
 }
 
-/// Refuses requests without the right bearer token.
-pub(crate) async fn require(
+/// Refuses requests to `/v1` (any path under it, routed or not) without the right bearer
+/// token; lets the open routes (`/healthz`, `/readyz`, `/metrics`) and unknown paths outside
+/// `/v1` through.
+pub(crate) async fn require_on_api(
     State(token): State<BearerToken>,
     req: Request,
     next: Next,
 ) -> Response {
+    let path = req.uri().path();
+    if path != "/v1" && !path.starts_with("/v1/") {
+        return next.run(req).await;
+    }
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)

@@ -7,6 +7,7 @@
 mod auth;
 mod departure;
 mod error;
+mod health;
 mod http_metrics;
 mod inline;
 mod inspect;
@@ -57,6 +58,8 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub struct AppState {
     pub(crate) client: Client,
     pub(crate) shutdown: CancellationToken,
+    /// The masters' health for the open probes.
+    pub(crate) health: health::SharedHealth,
 }
 
 /// How the app is put together.
@@ -97,6 +100,7 @@ impl Default for ConnectionLimits {
 /// any), `/healthz`, `/readyz`, and `/metrics` when a handle is given.
 pub fn app(client: Client, options: AppOptions) -> Router {
     let state = AppState {
+        health: health::SharedHealth::new(client.clone()),
         client,
         shutdown: options.shutdown,
     };
@@ -112,39 +116,52 @@ pub fn app(client: Client, options: AppOptions) -> Router {
         .route("/v1/multi/extend", post(multi::extend))
         .route("/v1/multi/release", post(multi::release))
         .route("/v1/doctor", get(routes::doctor));
-    // Without a token no layer at all: every layer is a boxed future more per request.
-    let api = match options.auth {
-        Some(token) => api.route_layer(axum::middleware::from_fn_with_state(token, auth::require)),
-        None => api,
-    };
     let mut router = Router::new()
         .merge(api)
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz));
     if let Some(handle) = options.metrics {
-        router = router.merge(metrics_router(handle, state.client.clone()));
+        router = router.merge(shared_metrics_router(handle, state.health.clone()));
     }
-    router
+    let router = router
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .with_state(state)
-        .layer(axum::middleware::from_fn(http_metrics::track))
+        .with_state(state);
+    // Around the whole router, not its `/v1` routes alone: a `404` or `405` answered before
+    // the token was checked would tell anyone which routes exist. Without a token no layer at
+    // all: every layer is a boxed future more per request.
+    let router = match options.auth {
+        Some(token) => router.layer(axum::middleware::from_fn_with_state(
+            token,
+            auth::require_on_api,
+        )),
+        None => router,
+    };
+    router.layer(axum::middleware::from_fn(http_metrics::track))
 }
 
 /// A router with only `GET /metrics`, for a separate metrics listener. Each scrape reads the
-/// masters' health first: the node gauges (up, durable, quarantined) are otherwise set only by
-/// lock traffic, and would show an idle coordinator's masters as down, or a quarantine long
-/// over as still on.
+/// masters' health first (a reading at most a second old is shared, see `health.rs`): the node
+/// gauges (up, durable, quarantined) are otherwise set only by lock traffic, and would show an
+/// idle coordinator's masters as down, or a quarantine long over as still on.
 pub fn metrics_router<S: Clone + Send + Sync + 'static>(
     handle: PrometheusHandle,
     client: Client,
 ) -> Router<S> {
+    shared_metrics_router(handle, health::SharedHealth::new(client))
+}
+
+/// [`metrics_router`] on a reading shared with other routes.
+fn shared_metrics_router<S: Clone + Send + Sync + 'static>(
+    handle: PrometheusHandle,
+    health: health::SharedHealth,
+) -> Router<S> {
     Router::new().route(
         "/metrics",
         get(move || {
-            let (handle, client) = (handle.clone(), client.clone());
+            let (handle, health) = (handle.clone(), health.clone());
             async move {
-                client.node_health().await;
+                health.read().await;
                 handle.run_upkeep();
                 (
                     [(

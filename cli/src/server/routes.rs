@@ -359,7 +359,7 @@ pub(crate) async fn healthz() -> Json<Value> {
 /// `GET /readyz`: a quorum of nodes can vote (reachable, not quarantined, and durable when
 /// durable nodes are required), as an acquire needs.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
-    let health = state.client.node_health().await;
+    let health = state.health.read().await;
     let usable = health.iter().filter(|h| h.usable).count();
     let ready = usable >= state.client.quorum();
     let nodes: Vec<Value> = health
