@@ -42,6 +42,18 @@ pub(crate) struct Config {
     /// `serve`: how long a client may keep the server waiting for a request, e.g. "75s".
     #[serde(default, deserialize_with = "duration")]
     pub(crate) idle_timeout: Option<Duration>,
+    /// `serve`: connections open at once.
+    #[serde(default)]
+    pub(crate) max_connections: Option<usize>,
+    /// `serve`: sessions open at once.
+    #[serde(default)]
+    pub(crate) max_sessions: Option<usize>,
+    /// `serve`: acquires waiting at once.
+    #[serde(default)]
+    pub(crate) max_waiting: Option<usize>,
+    /// `serve`: acquires waiting at once for one name.
+    #[serde(default)]
+    pub(crate) max_waiting_per_name: Option<usize>,
 }
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {

@@ -4,11 +4,15 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use redquorum_cli::server::{AppOptions, BearerToken, ConnectionLimits, DEFAULT_IDLE_TIMEOUT};
+use redquorum_cli::server::{
+    AppOptions, BearerToken, ConnectionLimits, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    ServiceLimits,
+};
 use redquorum_testkit::LocalNodes;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::config::Config;
 use super::stop::stop_requested;
 use super::{EXIT_OK, EXIT_SOFTWARE, NodeArgs, build, usage};
 
@@ -41,6 +45,8 @@ pub(crate) struct ServeArgs {
     /// [default: 75s].
     #[arg(long, env = "REDQUORUM_IDLE_TIMEOUT", value_parser = humantime::parse_duration)]
     idle_timeout: Option<Duration>,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Serve on a non-loopback address without a bearer token.
     #[arg(long, env = "REDQUORUM_ALLOW_UNAUTHENTICATED")]
     allow_unauthenticated: bool,
@@ -50,6 +56,88 @@ pub(crate) struct ServeArgs {
     /// How many masters --dev starts.
     #[arg(long, default_value_t = 3, requires = "dev")]
     dev_nodes: usize,
+}
+
+/// How much one coordinator takes on at once; past a limit, a request is refused at once.
+#[derive(Debug, clap::Args)]
+struct LimitArgs {
+    /// Connections open at once [default: 4096].
+    #[arg(long, env = "REDQUORUM_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Sessions open at once [default: 1000].
+    #[arg(long, env = "REDQUORUM_MAX_SESSIONS")]
+    max_sessions: Option<usize>,
+    /// Acquires waiting at once (wait_ms above 0) [default: 1000].
+    #[arg(long, env = "REDQUORUM_MAX_WAITING")]
+    max_waiting: Option<usize>,
+    /// Acquires waiting at once for one name [default: 100].
+    #[arg(long, env = "REDQUORUM_MAX_WAITING_PER_NAME")]
+    max_waiting_per_name: Option<usize>,
+}
+
+impl LimitArgs {
+    /// The limits from the flags, else the file, else the defaults; each at least 1.
+    fn resolve(&self, config: &Config) -> Result<(usize, ServiceLimits), String> {
+        let defaults = ServiceLimits::default();
+        let pick = |flag: Option<usize>, file: Option<usize>, default: usize, what: &str| match flag
+            .or(file)
+            .unwrap_or(default)
+        {
+            0 => Err(format!("--max-{what} must be at least 1")),
+            n => Ok(n),
+        };
+        let connections = pick(
+            self.max_connections,
+            config.max_connections,
+            DEFAULT_MAX_CONNECTIONS,
+            "connections",
+        )?;
+        let limits = ServiceLimits {
+            sessions: pick(
+                self.max_sessions,
+                config.max_sessions,
+                defaults.sessions,
+                "sessions",
+            )?,
+            waiting: pick(
+                self.max_waiting,
+                config.max_waiting,
+                defaults.waiting,
+                "waiting",
+            )?,
+            waiting_per_name: pick(
+                self.max_waiting_per_name,
+                config.max_waiting_per_name,
+                defaults.waiting_per_name,
+                "waiting-per-name",
+            )?,
+        };
+        Ok((connections, limits))
+    }
+}
+
+/// Raises the process's soft limit on open descriptors towards what `connections` take (three
+/// each at most, and some for the masters and the process), within the hard limit; warns when
+/// even that is short, as accepting then fails before the connection limit is reached.
+fn make_room_for(connections: usize) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let wanted = u64::try_from(connections)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(3)
+        + 256;
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    if soft >= wanted {
+        return;
+    }
+    let raised = wanted.min(hard);
+    if setrlimit(Resource::RLIMIT_NOFILE, raised, hard).is_err() || raised < wanted {
+        tracing::warn!(
+            "the process may open {} descriptors, short of the {wanted} that {connections} connections may take: lower --max-connections or raise the limit (ulimit -n)",
+            raised.max(soft)
+        );
+    }
 }
 
 pub(super) async fn serve(args: ServeArgs) -> u8 {
@@ -80,6 +168,11 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
             humantime::format_duration(idle_timeout)
         ));
     }
+    let (max_connections, service_limits) = match args.limits.resolve(&config) {
+        Ok(limits) => limits,
+        Err(m) => return usage(&m),
+    };
+    make_room_for(max_connections);
     let open_ok = args.allow_unauthenticated || config.allow_unauthenticated == Some(true);
     if auth.is_none() && !listen.ip().is_loopback() && !open_ok {
         return usage(&format!(
@@ -154,6 +247,7 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
                 None
             },
             shutdown: sessions.clone(),
+            limits: service_limits,
         },
     );
     let metrics_side = match (metrics_listener, metrics) {
@@ -185,6 +279,7 @@ pub(super) async fn serve(args: ServeArgs) -> u8 {
     };
     let limits = ConnectionLimits {
         idle_timeout,
+        max_connections,
         ..ConnectionLimits::default()
     };
     redquorum_cli::server::serve(listener, router, metrics_side, sessions, shutdown, limits).await;

@@ -49,6 +49,14 @@ pub fn install() -> Option<PrometheusHandle> {
         "HTTP request latency"
     );
     metrics::describe_gauge!(SESSIONS_OPEN, "Session streams open");
+    metrics::describe_counter!(
+        super::limits::HTTP_REFUSED,
+        "Requests and connections refused at a limit, by limit"
+    );
+    // There from the start, at 0, so that increase() sees the first refusal.
+    for limit in super::limits::LIMITS {
+        metrics::counter!(super::limits::HTTP_REFUSED, "limit" => limit).absolute(0);
+    }
     Some(HANDLE.get_or_init(|| handle).clone())
 }
 

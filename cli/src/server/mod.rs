@@ -12,6 +12,7 @@ mod http_metrics;
 mod inline;
 mod inspect;
 mod kind;
+mod limits;
 mod multi;
 mod request;
 mod routes;
@@ -38,6 +39,10 @@ pub use http_metrics::{
     HTTP_REQUEST_DURATION, HTTP_REQUESTS, SESSIONS_OPEN, install as install_metrics,
 };
 pub use kind::MAX_OWNER_BYTES;
+pub use limits::{
+    DEFAULT_MAX_SESSIONS, DEFAULT_MAX_WAITING, DEFAULT_MAX_WAITING_PER_NAME, HTTP_REFUSED,
+    ServiceLimits,
+};
 pub use request::MAX_BODY_BYTES;
 pub use routes::{MAX_HTTP_WAIT, doctor_json};
 
@@ -60,6 +65,8 @@ pub struct AppState {
     pub(crate) shutdown: CancellationToken,
     /// The masters' health for the open probes.
     pub(crate) health: health::SharedHealth,
+    /// The sessions and waiting acquires under way, against their limits.
+    pub(crate) admission: std::sync::Arc<limits::Admission>,
 }
 
 /// How the app is put together.
@@ -72,6 +79,8 @@ pub struct AppOptions {
     /// Cancelled when the server shuts down: sessions release their locks and end, and waiting
     /// acquires give up their place and are answered `shutting_down`.
     pub shutdown: CancellationToken,
+    /// How many sessions and waiting acquires are served at once.
+    pub limits: ServiceLimits,
 }
 
 /// How `serve` treats its connections.
@@ -85,13 +94,20 @@ pub struct ConnectionLimits {
     /// After the stop signal, how long a connection may take to finish the request it is on
     /// before it is closed.
     pub shutdown_grace: Duration,
+    /// Connections open at once; one more is answered `503 too_many_connections` and closed.
+    pub max_connections: usize,
 }
+
+/// Default for [`ConnectionLimits::max_connections`]: below the descriptors a process is
+/// usually allowed (each connection takes two, and a third while a request on it waits).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4_096;
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 }
@@ -103,6 +119,7 @@ pub fn app(client: Client, options: AppOptions) -> Router {
         health: health::SharedHealth::new(client.clone()),
         client,
         shutdown: options.shutdown,
+        admission: limits::Admission::new(options.limits),
     };
     let api = Router::new()
         .route(
@@ -217,6 +234,10 @@ pub(crate) async fn serve_http(
                 }
             },
         };
+        if connections.len() >= limits.max_connections {
+            connections.spawn(refuse_connection(stream));
+            continue;
+        }
         let service = with_departure(router.clone(), &stream);
         let stop = stop.clone();
         // Polled in place when hyper wakes the connection from inside its own poll (see
@@ -261,6 +282,28 @@ pub(crate) async fn serve_http(
     connections.close();
     connections.wait().await;
 }
+
+/// Answers a connection past [`ConnectionLimits::max_connections`] with `503
+/// too_many_connections`, without reading its request, and closes it: at once, so that the
+/// client can go to another instance, where a connection left in the listen queue would wait.
+async fn refuse_connection(mut stream: TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    limits::refused("connections");
+    const BODY: &str = r#"{"error":"too_many_connections","message":"this server has its most connections open; retry, or ask another instance"}"#;
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let writing = async {
+        stream.write_all(answer.as_bytes()).await?;
+        stream.shutdown().await
+    };
+    // A client that reads nothing does not keep the descriptor.
+    let _ = tokio::time::timeout(REFUSAL_WRITE_LIMIT, writing).await;
+}
+
+/// How long a refused connection may take to take its answer.
+const REFUSAL_WRITE_LIMIT: Duration = Duration::from_secs(1);
 
 /// `router` as hyper calls it for one connection on `stream`: each request carries the
 /// connection's [`departure::Departure`], which waiting handlers watch.

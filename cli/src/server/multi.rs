@@ -36,6 +36,9 @@ pub(crate) async fn acquire(
         .ok_or_else(|| ApiError::bad_request("invalid_names", "names is required"))?;
     let params = acquire_params(&body)?;
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let _admitted = state
+        .admission
+        .admit(false, !params.wait.is_zero(), &names)?;
     let multi = unless_shutting_down(
         &state,
         watched(&departure, params.wait),

@@ -241,6 +241,9 @@ pub(crate) async fn acquire(
 ) -> Result<Json<Value>, ApiError> {
     let name = lock_name(path)?;
     let params = acquire_params(&body.only(&ACQUIRE_FIELDS)?)?;
+    let _admitted = state
+        .admission
+        .admit(false, !params.wait.is_zero(), &[&name])?;
     let lock = unless_shutting_down(
         &state,
         watched(&departure, params.wait),

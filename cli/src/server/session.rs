@@ -26,6 +26,7 @@ use super::AppState;
 use super::departure::Departure;
 use super::error::ApiError;
 use super::http_metrics::SESSIONS_OPEN;
+use super::limits::Admitted;
 use super::request::Fields;
 use super::routes::{
     ACQUIRE_FIELDS, PathName, acquire_params, expires_at, lock_json, lock_name, owner_to_log,
@@ -59,6 +60,9 @@ pub(crate) async fn session(
             ),
         ));
     }
+    let mut admitted = state
+        .admission
+        .admit(true, !params.wait.is_zero(), &[&name])?;
     let guard = unless_shutting_down(
         &state,
         watched(&departure, params.wait),
@@ -67,6 +71,7 @@ pub(crate) async fn session(
             .acquire_guard(&name, &params.opts, RenewOptions::default()),
     )
     .await?;
+    admitted.done_waiting();
     tracing::info!(lock = ?name, kind = params.kind.kind.as_str(), owner = owner_to_log(&params.kind), fence = guard.fence(), "session opened");
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     // No token: a session's lock changes only through its session. With the token, a call to
@@ -98,7 +103,7 @@ pub(crate) async fn session(
         asked,
         heartbeat: params.ttl / 3,
     };
-    tokio::spawn(session.run(guard, departure));
+    tokio::spawn(session.run(guard, departure, admitted));
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -163,7 +168,9 @@ enum Sent {
 impl Session {
     /// Follows the guard and writes its events until the client leaves, the lock is lost, or
     /// the server shuts down; then releases the lock (unless it was lost).
-    async fn run(self, guard: LockGuard, departure: Departure) {
+    async fn run(self, guard: LockGuard, departure: Departure, admitted: Admitted) {
+        // Counted against the limit until the lock is released.
+        let _admitted = admitted;
         let _open = OpenSession::new();
         let name = guard.name().to_owned();
         let mut watch = guard.watch();

@@ -1,0 +1,211 @@
+//! The coordinator's limits, on a real socket against real redis-server processes: past each,
+//! a request (or a connection) is refused at once with its code, counted in
+//! `redquorum_http_refused_total`, and what is under way goes on. In a file of its own because
+//! the Prometheus recorder is global to the process.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod http_common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_common::{metric_value, read_events};
+use metrics_exporter_prometheus::PrometheusHandle;
+use redquorum::LockOptions;
+use redquorum_cli::server::{AppOptions, ConnectionLimits, ServiceLimits};
+use redquorum_testkit::LocalNodes;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+/// The coordinator on `nodes` with `limits` and `connections`, on a loopback socket; stopped
+/// by the token.
+async fn serve(
+    nodes: &LocalNodes,
+    limits: ServiceLimits,
+    connections: ConnectionLimits,
+) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<()>) {
+    let sessions = CancellationToken::new();
+    let router = redquorum_cli::server::app(
+        common::patient_client(nodes),
+        AppOptions {
+            shutdown: sessions.clone(),
+            limits,
+            ..AppOptions::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let task = tokio::spawn(redquorum_cli::server::serve(
+        listener,
+        router,
+        None,
+        sessions,
+        async move { stopped.cancelled().await },
+        connections,
+    ));
+    (addr, stop, task)
+}
+
+/// How many places `name`'s queue has, over every node.
+async fn places(nodes: &LocalNodes, name: &str) -> usize {
+    let mut count = 0;
+    for i in 0..nodes.len() {
+        let here: usize = redis::cmd("ZCARD")
+            .arg(common::queue_key(name))
+            .query_async(&mut common::raw(nodes, i).await)
+            .await
+            .unwrap();
+        count += here;
+    }
+    count
+}
+
+fn refused(handle: &PrometheusHandle, limit: &str) -> f64 {
+    let text = handle.render();
+    metric_value(
+        &text,
+        &format!(r#"redquorum_http_refused_total{{limit="{limit}"}} "#),
+    )
+    .unwrap_or_else(|| panic!("no series for {limit}: {text}"))
+}
+
+async fn post(addr: SocketAddr, path: &str, body: Value) -> (u16, Value) {
+    let answer = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    (status, answer.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_limit_refuses_at_once_with_its_code_and_is_counted() {
+    let handle = redquorum_cli::server::install_metrics().expect("recorder installed");
+    let nodes = common::nodes(3);
+    let limits = ServiceLimits {
+        sessions: 1,
+        waiting: 2,
+        waiting_per_name: 1,
+    };
+    let connections = ConnectionLimits {
+        max_connections: 6,
+        ..ConnectionLimits::default()
+    };
+    let (addr, stop, task) = serve(&nodes, limits, connections).await;
+    for limit in ["connections", "sessions", "waiting", "waiting_per_name"] {
+        assert_eq!(refused(&handle, limit), 0.0, "{limit}");
+    }
+
+    // Sessions: one open, the next refused; the first goes on.
+    let mut session = reqwest::Client::new()
+        .post(format!("http://{addr}/v1/locks/kept/session"))
+        .json(&json!({"ttl_ms": 2_000}))
+        .send()
+        .await
+        .unwrap();
+    let first = read_events(&mut session, Duration::from_secs(2), |e| !e.is_empty()).await;
+    assert_eq!(first[0]["event"], "acquired");
+    let (status, body) = post(addr, "/v1/locks/other/session", json!({"ttl_ms": 2_000})).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (503, &json!("too_many_sessions")),
+        "{body}"
+    );
+    assert!(
+        !common::held(&nodes, "other").await,
+        "a refused session took nothing"
+    );
+    assert_eq!(refused(&handle, "sessions"), 1.0);
+    drop(session);
+
+    // Waiting acquires: one per name, two in all. Held names make them wait.
+    let holder = common::patient_client(&nodes);
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let held_a = holder.acquire("a", &opts).await.unwrap();
+    let held_b = holder.acquire("b", &opts).await.unwrap();
+    let waiting = json!({"wait_ms": 20_000, "ttl_ms": 1_000});
+    let on_a = tokio::spawn(post(addr, "/v1/locks/a", waiting.clone()));
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            places(&nodes, "a").await > 0
+        })
+        .await
+    );
+    let (status, body) = post(addr, "/v1/locks/a", waiting.clone()).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (429, &json!("too_many_waiting_for_name")),
+        "{body}"
+    );
+    assert_eq!(refused(&handle, "waiting_per_name"), 1.0);
+    // One that does not wait is not limited: it is answered, contended.
+    let (status, body) = post(addr, "/v1/locks/a", json!({})).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("contended")),
+        "{body}"
+    );
+    let on_b = tokio::spawn(post(
+        addr,
+        "/v1/multi",
+        json!({"names": ["b"], "wait_ms": 20_000}),
+    ));
+    assert!(
+        common::eventually(Duration::from_secs(5), || async {
+            places(&nodes, "b").await > 0
+        })
+        .await
+    );
+    let (status, body) = post(addr, "/v1/locks/c", waiting.clone()).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (503, &json!("too_many_waiting")),
+        "{body}"
+    );
+    assert_eq!(refused(&handle, "waiting"), 1.0);
+    // The waiters admitted get their locks when they are released.
+    held_a.release().await.unwrap();
+    held_b.release().await.unwrap();
+    assert_eq!(on_a.await.unwrap().0, 200);
+    assert_eq!(on_b.await.unwrap().0, 200);
+    // Their places are free again.
+    let (status, body) = post(addr, "/v1/locks/c", json!({"wait_ms": 1_000})).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Connections: up to six served at once; one more is answered 503 and closed at once.
+    let mut open = Vec::new();
+    let mut refusal = None;
+    for _ in 0..20 {
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = vec![0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut answer))
+            .await
+            .expect("answered")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+        if answer.starts_with("HTTP/1.1 503") {
+            refusal = Some(answer);
+            break;
+        }
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        open.push(conn);
+    }
+    let refusal = refusal.expect("a connection past the limit is refused");
+    assert!(refusal.contains("too_many_connections"), "{refusal}");
+    assert!(open.len() <= 6, "{} connections served", open.len());
+    assert!(refused(&handle, "connections") >= 1.0);
+    drop(open);
+    stop.cancel();
+    task.await.unwrap();
+}
