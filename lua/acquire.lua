@@ -7,7 +7,7 @@
 -- straight over; see release.lua). KEYS[5], KEYS[6], KEYS[7]: the deployment's marker, the
 -- longest TTL asked for here, and the quarantine (see mark.lua). KEYS[8]: the queue's live
 -- mark (see queue.lua). KEYS[9], KEYS[10]: the process the marker was made for and the latest
--- expiry (see marked.lua).
+-- expiry (see marked.lua). KEYS[11]: the fencing floor of the name's slot (see marked.lua).
 -- ARGV[1]: holder token. ARGV[2]: TTL in milliseconds. ARGV[3]: proposed fencing token.
 -- ARGV[4]: the caller's waiter id, or '' for a caller that does not wait. ARGV[5]: its
 -- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds (0: the
@@ -53,8 +53,9 @@ end
 
 -- One read for every key: each call from a script costs about as much as a command of its own.
 local read = redis.call('MGET', KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
-  KEYS[10])
-local current, counter = read[1], tonumber(read[2] or '0')
+  KEYS[10], KEYS[11])
+-- A counter that is gone (no hold of the name lives) reads as its slot's floor.
+local current, counter = read[1], tonumber(read[2] or read[9] or '0')
 -- A node without the marker may have lost locks it granted (a restart without persistence, a
 -- flush, an eviction), and so may one back from a snapshot, marker and all: it grants nothing
 -- until a client has marked it, in quarantine if another node says the deployment was in use.
@@ -101,7 +102,11 @@ local proposed = tonumber(ARGV[3])
 if counter > proposed or (counter == proposed and current ~= ARGV[1]) then
   return {2, counter}
 end
-redis.call('SET', KEYS[2], ARGV[3])
+-- The counter lives as long as the lock: the hold it names (see marked.lua).
+redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
+if proposed > tonumber(read[9] or '0') then
+  redis.call('SET', KEYS[11], ARGV[3])
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 record_expiry(KEYS[10], ARGV[2], nil, read[8])
 if ARGV[4] ~= '' and queued_here then

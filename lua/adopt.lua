@@ -1,7 +1,8 @@
 -- Hold a lock that releases handed to one waiter under different tokens on different nodes
 -- (each node used the terms of the waiter's latest attempt it had seen) under one token and
 -- one fencing token, so that a quorum of nodes agrees on both.
--- KEYS[1]: lock key. KEYS[2]: the name's fencing counter.
+-- KEYS[1]: lock key. KEYS[2]: the name's fencing counter. KEYS[3]: the fencing floor of the
+-- name's slot (see marked.lua).
 -- ARGV[1]: the waiter's token found here. ARGV[2]: the token to hold the lock with.
 -- ARGV[3]: the fencing token: the highest of those the releases chose.
 -- Returns 1 when the lock is now held with ARGV[2] and ARGV[3]; 0 when it is not held with
@@ -15,12 +16,17 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+local read = redis.call('MGET', KEYS[2], KEYS[3])
+local counter = tonumber(read[1] or read[2] or '0')
 if counter > tonumber(ARGV[3]) then
   return 0
 end
 if ARGV[1] ~= ARGV[2] then
   redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 end
-redis.call('SET', KEYS[2], ARGV[3])
+-- The counter lives as long as the lock (see marked.lua).
+redis.call('SET', KEYS[2], ARGV[3], 'PX', redis.call('PTTL', KEYS[1]))
+if tonumber(ARGV[3]) > tonumber(read[2] or '0') then
+  redis.call('SET', KEYS[3], ARGV[3])
+end
 return 1

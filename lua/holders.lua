@@ -58,8 +58,9 @@ local function holding(holders)
   return count, first, last
 end
 
--- Keeps the set as long as its longest-lived member, or deletes it when no holder is left.
-local function keep_alive(holders, now)
+-- Keeps the set as long as its longest-lived member, or deletes it when no holder is left;
+-- and the name's fencing counter `counter`, when given, at least as long (see marked.lua).
+local function keep_alive(holders, now, counter)
   local count = holding(holders)
   if count == 0 and redis.call('ZCOUNT', holders, now + 1, '+inf') == 0 then
     redis.call('DEL', holders)
@@ -68,6 +69,9 @@ local function keep_alive(holders, now)
   local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')[2]
   if last and tonumber(last) > now then
     redis.call('PEXPIRE', holders, tonumber(last) - now)
+    if counter then
+      redis.call('PEXPIRE', counter, tonumber(last) - now)
+    end
   end
 end
 

@@ -20,7 +20,7 @@ if ARGV[4] then
   end
 end
 redis.call('ZADD', holders, 'XX', now + tonumber(ARGV[2]), me)
-keep_alive(holders, now)
+keep_alive(holders, now, KEYS[2])
 record_expiry(KEYS[4], ARGV[2], now)
 if tonumber(ARGV[2]) > tonumber(redis.call('GET', KEYS[3]) or '0') then
   redis.call('SET', KEYS[3], ARGV[2])

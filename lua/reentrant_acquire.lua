@@ -1,6 +1,6 @@
 -- Take a hold of a reentrant lock: the lock itself if it is free (as acquire.lua would, its
 -- value the owner's), or one more hold if the owner holds it already.
--- KEYS[1] to KEYS[10] as in acquire.lua. KEYS[11]: the holds (a hash of hold ids, with the
+-- KEYS[1] to KEYS[11] as in acquire.lua. KEYS[12]: the holds (a hash of hold ids, with the
 -- lock's TTL). ARGV[1]: the owner's value, 'owner:' and its id (Owner::lock_value): the ':'
 -- is a byte no token has, so that no mutex token can ever match it in extend.lua or
 -- release.lua. ARGV[2] to ARGV[7] as in acquire.lua (never fair).
@@ -30,13 +30,16 @@
 --
 -- mutex_acquire is acquire.lua, put in front of this script as a function (with queue.lua
 -- and marked.lua before it).
-local lock, holds, hold, ttl = KEYS[1], KEYS[11], ARGV[8], tonumber(ARGV[2])
+local lock, holds, hold, ttl = KEYS[1], KEYS[12], ARGV[8], tonumber(ARGV[2])
 
 local function keep_for(at_least)
   if redis.call('PTTL', lock) < at_least then
     redis.call('PEXPIRE', lock, at_least)
   end
-  redis.call('PEXPIRE', holds, redis.call('PTTL', lock))
+  local left = redis.call('PTTL', lock)
+  redis.call('PEXPIRE', holds, left)
+  -- The counter names the holds' token for as long as they may live (see marked.lua).
+  redis.call('PEXPIRE', KEYS[2], left)
   record_expiry(KEYS[10], at_least)
 end
 
@@ -63,7 +66,8 @@ if redis.call('GET', lock) == ARGV[1] then
   end
   local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
   if ARGV[9] == '1' and tonumber(ARGV[3]) > counter then
-    redis.call('SET', KEYS[2], ARGV[3])
+    redis.call('SET', KEYS[2], ARGV[3], 'PX', redis.call('PTTL', lock))
+    raise_floor(KEYS[11], ARGV[3])
     counter = tonumber(ARGV[3])
   end
   return {8, counter, others > 0 and 1 or 0}

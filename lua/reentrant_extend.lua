@@ -15,7 +15,10 @@ if redis.call('PTTL', KEYS[1]) < ttl then
   redis.call('PEXPIRE', KEYS[1], ttl)
   record_expiry(KEYS[4], ttl)
 end
-redis.call('PEXPIRE', KEYS[5], redis.call('PTTL', KEYS[1]))
+local left = redis.call('PTTL', KEYS[1])
+redis.call('PEXPIRE', KEYS[5], left)
+-- The counter lives as long as the lock (see marked.lua).
+redis.call('PEXPIRE', KEYS[2], left)
 if ttl > tonumber(redis.call('GET', KEYS[3]) or '0') then
   redis.call('SET', KEYS[3], ARGV[2])
 end

@@ -109,15 +109,19 @@ if mine or (current == false and ARGV[4] == '1') then
   if first then
     local _, token, ttl, proposal = string.match(terms, '^(%d+) (%S+) (%d+) (%d+)$')
     local channel = q.channel_of(ARGV[2], first)
-    local node = redis.call('MGET', KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10])
+    local node = redis.call('MGET', KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10],
+      KEYS[11])
     deployment = { node[2], node[3], node[4] }
-    local counter = tonumber(node[1] or '0')
+    -- A counter that is gone reads as its slot's floor (see marked.lua).
+    local counter = tonumber(node[1] or node[7] or '0')
     local fence = math.max(tonumber(proposal or '0') + 1, tonumber(ARGV[3]) + 1)
     -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
     if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991
         and may_grant(deployment) then
       fence = string.format('%d', fence)
-      redis.call('SET', KEYS[4], fence)
+      -- The counter lives as long as the lock handed over (see marked.lua).
+      redis.call('SET', KEYS[4], fence, 'PX', ttl)
+      raise_floor(KEYS[11], fence, node[7])
       token = first .. '/' .. token
       -- Replaces the released lock's key, value and TTL at once.
       redis.call('SET', KEYS[1], token, 'PX', ttl)

@@ -1,5 +1,5 @@
 -- Take a reader's or the writer's share of a read-write lock on this node.
--- KEYS as in acquire.lua, with KEYS[1] the holders (see holders.lua): readers as 'r:<token>',
+-- KEYS as in acquire.lua (KEYS[11] the fencing floor), with KEYS[1] the holders (see holders.lua): readers as 'r:<token>',
 -- the writer as 'w:<token>'. ARGV[1] to ARGV[7] as in acquire.lua (ARGV[7] is ignored: the
 -- lock is not fair). ARGV[8]: 'r' for a reader, 'w' for the writer. ARGV[9]: for a reader,
 -- '1' to raise the fencing counter to the proposal (ARGV[3]) if it is below, '0' to leave it.
@@ -22,7 +22,9 @@ end
 local holders, reader = KEYS[1], ARGV[8] == 'r'
 local me = (reader and 'r:' or 'w:') .. ARGV[1]
 local now = trim(holders)
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+-- A counter that is gone reads as its slot's floor (see marked.lua).
+local fencing = redis.call('MGET', KEYS[2], KEYS[11])
+local counter = tonumber(fencing[1] or fencing[2] or '0')
 local mine = redis.call('ZSCORE', holders, me)
 if not mine then
   local writer_until, readers, readers_until, writer_waits = nil, 0, now, false
@@ -49,7 +51,7 @@ if not mine then
   if not reader and readers > 0 then
     if ARGV[4] ~= '' and ARGV[6] ~= '0' then
       redis.call('ZADD', holders, now + tonumber(ARGV[6]), '#writer-waiting:' .. ARGV[4])
-      keep_alive(holders, now)
+      keep_alive(holders, now, KEYS[2])
       queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
     end
     return {0, counter}
@@ -57,7 +59,9 @@ if not mine then
 end
 local fence = counter
 if reader and ARGV[9] == '1' and tonumber(ARGV[3]) > counter then
+  -- Its TTL is set below, with the holders' (keep_alive).
   redis.call('SET', KEYS[2], ARGV[3])
+  raise_floor(KEYS[11], ARGV[3], fencing[2])
   fence = tonumber(ARGV[3])
 end
 if not reader then
@@ -68,6 +72,7 @@ if not reader then
     return {2, counter}
   end
   redis.call('SET', KEYS[2], ARGV[3])
+  raise_floor(KEYS[11], ARGV[3], fencing[2])
   -- Its own wait is over; other writers' records stay. (A bare '#writer-waiting' is one
   -- that an earlier version shared between writers.)
   redis.call('ZREM', holders, '#writer-waiting', '#writer-waiting:' .. ARGV[4])
@@ -75,7 +80,7 @@ if not reader then
 end
 redis.call('ZADD', holders, now + tonumber(ARGV[2]), me)
 record_fence(holders, me, fence)
-keep_alive(holders, now)
+keep_alive(holders, now, KEYS[2])
 record_expiry(KEYS[10], ARGV[2], now)
 dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])
 if reader then

@@ -1,5 +1,5 @@
 -- Take one of a semaphore's permits on this node, if fewer than that many holders hold one.
--- KEYS as in acquire.lua, with KEYS[1] the holders (see holders.lua). ARGV[1] to ARGV[7] as
+-- KEYS as in acquire.lua (KEYS[11] the fencing floor), with KEYS[1] the holders (see holders.lua). ARGV[1] to ARGV[7] as
 -- in acquire.lua (ARGV[7] is ignored: a semaphore is not fair). ARGV[8]: the number of
 -- permits. ARGV[9]: empty. ARGV[10] as in acquire.lua.
 -- Returns what acquire.lua returns, and {7, permits} when the semaphore is held here with
@@ -15,7 +15,9 @@ if refused then
 end
 local holders, token, permits = KEYS[1], ARGV[1], tonumber(ARGV[8])
 local now = trim(holders)
-local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+-- A counter that is gone reads as its slot's floor (see marked.lua).
+local fencing = redis.call('MGET', KEYS[2], KEYS[11])
+local counter = tonumber(fencing[1] or fencing[2] or '0')
 local recorded = redis.call('ZSCORE', holders, '#permits')
 local count, first = holding(holders)
 if recorded and -tonumber(recorded) ~= permits and count > 0 then
@@ -31,11 +33,13 @@ local proposed = tonumber(ARGV[3])
 if counter > proposed or (counter == proposed and not mine) then
   return {2, counter}
 end
+-- Its TTL is set below, with the holders' (keep_alive).
 redis.call('SET', KEYS[2], ARGV[3])
+raise_floor(KEYS[11], ARGV[3], fencing[2])
 redis.call('ZADD', holders, now + tonumber(ARGV[2]), token)
 record_fence(holders, token, proposed)
 redis.call('ZADD', holders, -permits, '#permits')
-keep_alive(holders, now)
+keep_alive(holders, now, KEYS[2])
 record_expiry(KEYS[10], ARGV[2], now)
 dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])
 return {1, proposed}

@@ -304,7 +304,12 @@ async fn adopting_a_handed_over_lock_keeps_its_ttl_and_never_lowers_a_counter() 
     let adopt = redis::Script::new(include_str!("../lua/adopt.lua"));
     let run = |from: &'static str, to: &'static str, fence: u64| {
         let mut invocation = adopt.key("rq:lock:x");
-        invocation.key("rq:fence:x").arg(from).arg(to).arg(fence);
+        invocation
+            .key("rq:fence:x")
+            .key("rq:fence-floor:16287")
+            .arg(from)
+            .arg(to)
+            .arg(fence);
         invocation
     };
     let _: () = redis::pipe()
@@ -339,6 +344,14 @@ async fn adopting_a_handed_over_lock_keeps_its_ttl_and_never_lowers_a_counter() 
     assert!((1..=60_000).contains(&pttl), "{pttl}");
     let counter: u64 = conn.get("rq:fence:x").await.unwrap();
     assert_eq!(counter, 7);
+    // The counter lives as long as the lock, and the floor of the name's slot is raised.
+    let counter_pttl: i64 = conn.pttl("rq:fence:x").await.unwrap();
+    assert!(
+        counter_pttl >= pttl - 50 && counter_pttl <= 60_000,
+        "{counter_pttl} {pttl}"
+    );
+    let floor: u64 = conn.get("rq:fence-floor:16287").await.unwrap();
+    assert_eq!(floor, 7);
     // A fencing token below the counter is refused: the counter never goes back.
     let lower: i64 = run("w.1/b", "w.1/c", 6)
         .invoke_async(&mut conn)

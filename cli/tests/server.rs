@@ -632,8 +632,9 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
             "{answer}"
         );
     }
-    // Nothing but the held lock (and the deployment's marker, the process it was made for, the
-    // latest expiry and the longest TTL) exists; no other lock or fencing counter was written.
+    // Nothing but the held lock, its fencing counter and its slot's floor (and the deployment's
+    // marker, the process it was made for, the latest expiry and the longest TTL) exists; no
+    // other lock or fencing counter was written.
     for i in 0..3 {
         let mut keys: Vec<String> = redis::cmd("KEYS")
             .arg("*")
@@ -645,6 +646,7 @@ async fn bad_inputs_get_their_documented_status_and_code_and_change_nothing() {
             keys,
             [
                 "redquorum:deployment",
+                "redquorum:fence-floor:3823",
                 "redquorum:fence:held",
                 "redquorum:latest-expiry",
                 "redquorum:lock:held",

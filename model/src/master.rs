@@ -41,7 +41,10 @@ pub struct Keys {
     pub lock: Option<crate::ids::Value>,
     /// A read-write lock's or a semaphore's holders, sorted.
     pub holders: Vec<Hold>,
-    /// The fencing counter (no expiry).
+    /// The fencing counter as the scripts read it: the name's counter while a hold of the name
+    /// may live, else the floor of its slot (`lua/marked.lua`). Both are raised to every token
+    /// granted, and a snapshot or a restart keeps or loses them together, so for one name they
+    /// are one value, which never expires.
     pub counter: Fence,
     /// The waiters' queue, sorted by priority.
     pub queue: Vec<Place>,

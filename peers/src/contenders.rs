@@ -64,6 +64,15 @@ fn run_id(info: &[u8]) -> Option<String> {
 /// redquorum's default key prefix, under which the library keeps every key (`src/node/keys.rs`).
 const PREFIX: &str = "redquorum:";
 
+/// The fencing floor of `name`'s slot, where the library keeps it (`src/node/keys.rs`).
+fn floor_key(name: &str) -> String {
+    const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+    format!(
+        "{PREFIX}fence-floor:{}",
+        CRC16.checksum(name.as_bytes()) % 16_384
+    )
+}
+
 /// An `EVALSHA` of script `sha` with `keys` and `args`, as one command's arguments.
 fn evalsha(sha: &str, keys: &[String], args: &[&str]) -> Vec<Vec<u8>> {
     let head = ["EVALSHA", sha, &keys.len().to_string()].map(|a| a.as_bytes().to_vec());
@@ -284,6 +293,7 @@ impl Contender {
                     format!("{PREFIX}queue-live:{name}"),
                     format!("{PREFIX}marked-run"),
                     format!("{PREFIX}latest-expiry"),
+                    floor_key(name),
                 ];
                 let answers =
                     join_all(wires.iter().zip(&hashes.processes).map(|(wire, process)| {
@@ -357,6 +367,7 @@ impl Contender {
                     format!("{PREFIX}marked-run"),
                     format!("{PREFIX}latest-expiry"),
                     format!("{PREFIX}longest-ttl"),
+                    floor_key(&name),
                 ];
                 let wake = format!("{PREFIX}wake:");
                 let released =

@@ -322,7 +322,7 @@ impl Node {
     /// held so now.
     pub(crate) async fn adopt(
         &self,
-        keys: [&str; 2],
+        keys: [&str; 3],
         from: &str,
         to: &str,
         fence: u64,

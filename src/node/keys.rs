@@ -17,8 +17,12 @@ pub(crate) struct Keys {
     /// or a semaphore, `{prefix}rw:lock:{name}` or `{prefix}sem:lock:{name}`: the holders, by
     /// when each hold expires (see `lua/holders.lua`).
     pub(crate) lock: String,
-    /// `{prefix}fence:{name}`: the highest fencing token granted, with no expiry.
+    /// `{prefix}fence:{name}`: the highest fencing token granted for the name, alive for as
+    /// long as a hold of it may be (see `lua/marked.lua`).
     pub(crate) fence: String,
+    /// `{prefix}fence-floor:{slot}`: at or above every fencing token granted for a name of the
+    /// name's slot (see [`fence_slot`]), with no expiry; what a counter that is gone reads as.
+    pub(crate) fence_floor: String,
     /// `{prefix}queue:{name}`: waiter ids by priority.
     pub(crate) queue: String,
     /// `{prefix}queue-terms:{name}`: when each waiter's place lapses, and on what terms a
@@ -33,6 +37,18 @@ pub(crate) struct Keys {
     pub(crate) majority_only: bool,
     /// The keys every name shares: the deployment's marker, longest TTL and quarantine.
     pub(crate) deployment: Arc<DeploymentKeys>,
+}
+
+/// How many slots the names are spread over, each with one fencing floor: Redis Cluster's
+/// hash slots, so that the floors on a master are bounded whatever names are used.
+pub(crate) const FENCE_SLOTS: u16 = 16_384;
+
+/// The slot of `name`, as Redis Cluster computes a key's (CRC16/XMODEM of its bytes, modulo
+/// [`FENCE_SLOTS`], with no hash tags): a name always has the same slot, so its fencing tokens
+/// keep growing whatever other names share it.
+pub(crate) fn fence_slot(name: &str) -> u16 {
+    const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
+    CRC16.checksum(name.as_bytes()) % FENCE_SLOTS
 }
 
 /// `parts` one after the other, in a string allocated once at its size: keys are made for
@@ -126,6 +142,7 @@ impl Keys {
         Keys {
             lock: joined(&[prefix, space, "lock:", name]),
             fence: joined(&[prefix, space, "fence:", name]),
+            fence_floor: joined(&[prefix, space, "fence-floor:", &fence_slot(name).to_string()]),
             queue: joined(&[prefix, space, "queue:", name]),
             terms: joined(&[prefix, space, "queue-terms:", name]),
             queue_live: joined(&[prefix, space, "queue-live:", name]),
@@ -163,6 +180,7 @@ impl Keys {
             &self.queue_live,
             &d.marked_run,
             &d.latest_expiry,
+            &self.fence_floor,
         ])
     }
 
@@ -186,6 +204,7 @@ impl Keys {
             &d.marked_run,
             &d.latest_expiry,
             &d.longest_ttl,
+            &self.fence_floor,
         ])
     }
 
@@ -208,8 +227,8 @@ impl Keys {
     }
 
     /// The keys of the script that holds a handed-over lock under one token (adopt).
-    pub(crate) fn for_adopt(&self) -> [&str; 2] {
-        [&self.lock, &self.fence]
+    pub(crate) fn for_adopt(&self) -> [&str; 3] {
+        [&self.lock, &self.fence, &self.fence_floor]
     }
 
     /// The keys of the scripts that act on a waiter's place (dequeue, a holder's release).
@@ -265,7 +284,25 @@ mod tests {
         let owner = crate::config::Owner::from_id("o").unwrap();
         let reentrant = Keys::new("rq:", "x", LockKind::Reentrant(owner), d);
         assert_eq!(reentrant.lock, "rq:lock:x");
-        assert_eq!(reentrant.for_acquire().len(), 11);
+        assert_eq!(reentrant.for_acquire().len(), 12);
+    }
+
+    #[test]
+    fn a_names_slot_is_its_redis_cluster_slot() {
+        // The values `CLUSTER KEYSLOT` gives.
+        for (name, slot) in [
+            ("x", 16_287),
+            ("foo", 12_182),
+            ("bar", 5_061),
+            ("123456789", 12_739),
+        ] {
+            assert_eq!(fence_slot(name), slot, "{name}");
+        }
+        let d = Arc::new(DeploymentKeys::new("rq:"));
+        assert_eq!(
+            Keys::new("rq:", "x", LockKind::Read, d).fence_floor,
+            "rq:rw:fence-floor:16287"
+        );
     }
 
     #[test]
@@ -284,7 +321,8 @@ mod tests {
                 "rq:quarantine",
                 "rq:queue-live:x",
                 "rq:marked-run",
-                "rq:latest-expiry"
+                "rq:latest-expiry",
+                "rq:fence-floor:16287"
             ]
         );
         assert_eq!(
@@ -299,7 +337,8 @@ mod tests {
                 "rq:queue-live:x",
                 "rq:marked-run",
                 "rq:latest-expiry",
-                "rq:longest-ttl"
+                "rq:longest-ttl",
+                "rq:fence-floor:16287"
             ]
         );
         assert_eq!(
@@ -314,7 +353,7 @@ mod tests {
         let owner = crate::config::Owner::from_id("o").unwrap();
         let reentrant = Keys::new("rq:", "x", LockKind::Reentrant(owner), d);
         assert_eq!(reentrant.for_acquire().last(), Some(&"rq:holds:x"));
-        assert_eq!(reentrant.for_release().len(), 11);
+        assert_eq!(reentrant.for_release().len(), 12);
         assert_eq!(
             *reentrant.for_extend(),
             [

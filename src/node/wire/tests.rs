@@ -252,3 +252,49 @@ async fn a_detached_calls_answer_is_finished_by_the_task_that_reads_it() {
     let mut finished = finished;
     assert!(finished.try_recv().is_ok());
 }
+
+/// A command longer than the socket takes at once (a whole script, sent after `NOSCRIPT`)
+/// goes out whole, the rest as the master reads, and its answer comes: for a task's call and
+/// for a detached one, which no task polls until its answer is in.
+#[tokio::test]
+async fn a_command_longer_than_the_socket_takes_goes_out_whole() {
+    for detached in [false, true] {
+        let background = Arc::new(Background::default());
+        let metrics = Arc::new(NodeMetrics::new("test:1"));
+        let (wire, _) = Wire::connecting(metrics, background.clone(), &[], false);
+        let (client, mut server) = tokio::io::duplex(4096);
+        wire.attach(Box::new(client));
+        wire.open();
+        let long = "x".repeat(20_000);
+        let expected = packed(&["SET", "k", &long]);
+        let call = send(&wire, &["SET", "k", &long]);
+        let master = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut buf = vec![0; 8192];
+            while got.len() < expected.len() {
+                let n = server.read(&mut buf).await.unwrap();
+                assert!(n > 0);
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert_eq!(got, expected);
+            server.write_all(b":7\r\n").await.unwrap();
+            server
+        });
+        let answer = if detached {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            drop(background.detach(async move {
+                let _ = tx.send(call.await);
+            }));
+            tokio::time::timeout(Duration::from_secs(5), rx)
+                .await
+                .expect("the detached call's command went out and was answered")
+                .unwrap()
+        } else {
+            tokio::time::timeout(Duration::from_secs(5), call)
+                .await
+                .expect("the call's command went out and was answered")
+        };
+        assert_eq!(int(&answer.unwrap()), 7, "detached: {detached}");
+        drop(master.await.unwrap());
+    }
+}
