@@ -70,6 +70,7 @@ pub mod metrics;
 mod multi;
 mod node;
 mod quorum;
+pub mod slot;
 mod waiters;
 
 pub use client::{Client, ClientBuilder, LockInfo, NodeLockState};

@@ -10,17 +10,11 @@ use std::time::Duration;
 use redquorum::{Client, LockOptions};
 use redquorum_testkit::LocalNodes;
 
-/// The slot of a name, as the library and Redis Cluster compute it.
-fn slot(name: &str) -> u16 {
-    const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
-    CRC16.checksum(name.as_bytes()) % 16_384
-}
-
 /// `count` names whose slots are among `slots`.
 fn names_in(slots: &[u16], count: usize) -> Vec<String> {
     (0u64..)
         .map(|i| format!("job-{i}"))
-        .filter(|name| slots.contains(&slot(name)))
+        .filter(|name| slots.contains(&redquorum::slot::of(name)))
         .take(count)
         .collect()
 }

@@ -64,13 +64,9 @@ fn run_id(info: &[u8]) -> Option<String> {
 /// redquorum's default key prefix, under which the library keeps every key (`src/node/keys.rs`).
 const PREFIX: &str = "redquorum:";
 
-/// The fencing floor of `name`'s slot, where the library keeps it (`src/node/keys.rs`).
+/// The fencing floor of `name`'s slot, where the library keeps it.
 fn floor_key(name: &str) -> String {
-    const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
-    format!(
-        "{PREFIX}fence-floor:{}",
-        CRC16.checksum(name.as_bytes()) % 16_384
-    )
+    format!("{PREFIX}fence-floor:{}", redquorum::slot::of(name))
 }
 
 /// An `EVALSHA` of script `sha` with `keys` and `args`, as one command's arguments.

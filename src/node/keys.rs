@@ -21,7 +21,7 @@ pub(crate) struct Keys {
     /// long as a hold of it may be (see `lua/marked.lua`).
     pub(crate) fence: String,
     /// `{prefix}fence-floor:{slot}`: at or above every fencing token granted for a name of the
-    /// name's slot (see [`fence_slot`]), with no expiry; what a counter that is gone reads as.
+    /// name's slot (see [`crate::slot`]), with no expiry; what a counter that is gone reads as.
     pub(crate) fence_floor: String,
     /// `{prefix}queue:{name}`: waiter ids by priority.
     pub(crate) queue: String,
@@ -37,18 +37,6 @@ pub(crate) struct Keys {
     pub(crate) majority_only: bool,
     /// The keys every name shares: the deployment's marker, longest TTL and quarantine.
     pub(crate) deployment: Arc<DeploymentKeys>,
-}
-
-/// How many slots the names are spread over, each with one fencing floor: Redis Cluster's
-/// hash slots, so that the floors on a master are bounded whatever names are used.
-pub(crate) const FENCE_SLOTS: u16 = 16_384;
-
-/// The slot of `name`, as Redis Cluster computes a key's (CRC16/XMODEM of its bytes, modulo
-/// [`FENCE_SLOTS`], with no hash tags): a name always has the same slot, so its fencing tokens
-/// keep growing whatever other names share it.
-pub(crate) fn fence_slot(name: &str) -> u16 {
-    const CRC16: crc::Crc<u16> = crc::Crc::<u16>::new(&crc::CRC_16_XMODEM);
-    CRC16.checksum(name.as_bytes()) % FENCE_SLOTS
 }
 
 /// `parts` one after the other, in a string allocated once at its size: keys are made for
@@ -142,7 +130,12 @@ impl Keys {
         Keys {
             lock: joined(&[prefix, space, "lock:", name]),
             fence: joined(&[prefix, space, "fence:", name]),
-            fence_floor: joined(&[prefix, space, "fence-floor:", &fence_slot(name).to_string()]),
+            fence_floor: joined(&[
+                prefix,
+                space,
+                "fence-floor:",
+                &crate::slot::of(name).to_string(),
+            ]),
             queue: joined(&[prefix, space, "queue:", name]),
             terms: joined(&[prefix, space, "queue-terms:", name]),
             queue_live: joined(&[prefix, space, "queue-live:", name]),
@@ -288,16 +281,7 @@ mod tests {
     }
 
     #[test]
-    fn a_names_slot_is_its_redis_cluster_slot() {
-        // The values `CLUSTER KEYSLOT` gives.
-        for (name, slot) in [
-            ("x", 16_287),
-            ("foo", 12_182),
-            ("bar", 5_061),
-            ("123456789", 12_739),
-        ] {
-            assert_eq!(fence_slot(name), slot, "{name}");
-        }
+    fn a_names_floor_is_its_slots() {
         let d = Arc::new(DeploymentKeys::new("rq:"));
         assert_eq!(
             Keys::new("rq:", "x", LockKind::Read, d).fence_floor,
