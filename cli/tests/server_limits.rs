@@ -100,9 +100,12 @@ async fn every_limit_refuses_at_once_with_its_code_and_is_counted() {
         ..ConnectionLimits::default()
     };
     let (addr, stop, task) = serve(&nodes, limits, connections).await;
-    for limit in ["connections", "sessions", "waiting", "waiting_per_name"] {
+    // There from the start, at 0 (connections aside: the other test of this file may have
+    // refused some already).
+    for limit in ["sessions", "waiting", "waiting_per_name"] {
         assert_eq!(refused(&handle, limit), 0.0, "{limit}");
     }
+    let connections_refused = refused(&handle, "connections");
 
     // Sessions: one open, the next refused; the first goes on.
     let mut session = reqwest::Client::new()
@@ -204,8 +207,80 @@ async fn every_limit_refuses_at_once_with_its_code_and_is_counted() {
     let refusal = refusal.expect("a connection past the limit is refused");
     assert!(refusal.contains("too_many_connections"), "{refusal}");
     assert!(open.len() <= 6, "{} connections served", open.len());
-    assert!(refused(&handle, "connections") >= 1.0);
+    assert!(refused(&handle, "connections") > connections_refused);
     drop(open);
     stop.cancel();
     task.await.unwrap();
+}
+
+/// With the API's connections at their limit, the probes still answer on the metrics
+/// listener, which has connections of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probes_answer_on_the_metrics_listener_when_the_api_is_full() {
+    let handle = redquorum_cli::server::install_metrics().expect("recorder installed");
+    let nodes = common::nodes(3);
+    let client = common::patient_client(&nodes);
+    let sessions = CancellationToken::new();
+    let router = redquorum_cli::server::app(
+        client.clone(),
+        AppOptions {
+            shutdown: sessions.clone(),
+            ..AppOptions::default()
+        },
+    );
+    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (api_addr, metrics_addr) = (api.local_addr().unwrap(), metrics.local_addr().unwrap());
+    let side = redquorum_cli::server::metrics_router(handle, client);
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let limits = ConnectionLimits {
+        max_connections: 2,
+        ..ConnectionLimits::default()
+    };
+    let task = tokio::spawn(redquorum_cli::server::serve(
+        api,
+        router,
+        Some((metrics, side)),
+        sessions,
+        async move { stopped.cancelled().await },
+        limits,
+    ));
+    // The API full: two idle connections, served (each answered once).
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut conn = TcpStream::connect(api_addr).await.unwrap();
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = vec![0u8; 512];
+        let n = conn.read(&mut answer).await.unwrap();
+        assert!(answer[..n].starts_with(b"HTTP/1.1 200"));
+        open.push(conn);
+    }
+    let (status, _) = get(api_addr, "/healthz").await;
+    assert_eq!(status, 503, "the API is full");
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(get(metrics_addr, path).await.0, 200, "{path}");
+    }
+    drop(open);
+    stop.cancel();
+    task.await.unwrap();
+}
+
+/// One `GET` on a connection of its own: the status and the body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    conn.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_string(&mut answer))
+        .await
+        .expect("answered")
+        .unwrap();
+    let status = answer.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, answer)
 }

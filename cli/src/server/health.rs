@@ -46,4 +46,9 @@ impl SharedHealth {
         *last = Some((Instant::now(), health.clone()));
         health
     }
+
+    /// How many masters must be usable for an acquire.
+    pub(crate) fn quorum(&self) -> usize {
+        self.client.quorum()
+    }
 }

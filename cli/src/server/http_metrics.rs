@@ -25,15 +25,18 @@ const BUCKETS: [f64; 16] = [
     5.0, 10.0,
 ];
 
-static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
-/// Installs the Prometheus recorder as the process's global recorder (once; later calls return
-/// the same handle), or `None` when another recorder was installed first. Install it before
-/// building the [`Client`](redquorum::Client) whose metrics it should see.
+/// Installs the Prometheus recorder as the process's global recorder (once; later calls,
+/// concurrent ones included, return the same handle), or `None` when another recorder was
+/// installed first. Install it before building the [`Client`](redquorum::Client) whose
+/// metrics it should see.
 pub fn install() -> Option<PrometheusHandle> {
-    if let Some(handle) = HANDLE.get() {
-        return Some(handle.clone());
-    }
+    HANDLE.get_or_init(install_recorder).clone()
+}
+
+/// The recorder, installed and its metrics described.
+fn install_recorder() -> Option<PrometheusHandle> {
     let builder = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), &BUCKETS)
         .ok()?;
@@ -57,7 +60,7 @@ pub fn install() -> Option<PrometheusHandle> {
     for limit in super::limits::LIMITS {
         metrics::counter!(super::limits::HTTP_REFUSED, "limit" => limit).absolute(0);
     }
-    Some(HANDLE.get_or_init(|| handle).clone())
+    Some(handle)
 }
 
 /// Counts, times and logs every request, labelled by its route template. The log line is at

@@ -157,15 +157,27 @@ pub fn app(client: Client, options: AppOptions) -> Router {
     router.layer(axum::middleware::from_fn(http_metrics::track))
 }
 
-/// A router with only `GET /metrics`, for a separate metrics listener. Each scrape reads the
-/// masters' health first (a reading at most a second old is shared, see `health.rs`): the node
-/// gauges (up, durable, quarantined) are otherwise set only by lock traffic, and would show an
-/// idle coordinator's masters as down, or a quarantine long over as still on.
+/// The router of a separate metrics listener: `GET /metrics`, and the probes, `/healthz` and
+/// `/readyz`, which then answer on connections of their own, whatever load the API's listener
+/// is under (its connections at their limit, say). Each scrape reads the masters' health first
+/// (a reading at most a second old is shared, see `health.rs`): the node gauges (up, durable,
+/// quarantined) are otherwise set only by lock traffic, and would show an idle coordinator's
+/// masters as down, or a quarantine long over as still on.
 pub fn metrics_router<S: Clone + Send + Sync + 'static>(
     handle: PrometheusHandle,
     client: Client,
 ) -> Router<S> {
-    shared_metrics_router(handle, health::SharedHealth::new(client))
+    let health = health::SharedHealth::new(client);
+    let probed = health.clone();
+    shared_metrics_router(handle, health)
+        .route("/healthz", get(routes::healthz))
+        .route(
+            "/readyz",
+            get(move || {
+                let health = probed.clone();
+                async move { routes::readiness(&health).await }
+            }),
+        )
 }
 
 /// [`metrics_router`] on a reading shared with other routes.

@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use super::departure::Departure;
 use super::error::ApiError;
+use super::health::SharedHealth;
 use super::kind::{OwnerUse, RequestKind, inward, kind_fields, outward, request_kind};
 use super::request::Fields;
 use super::units::millis_of;
@@ -362,9 +363,15 @@ pub(crate) async fn healthz() -> Json<Value> {
 /// `GET /readyz`: a quorum of nodes can vote (reachable, not quarantined, and durable when
 /// durable nodes are required), as an acquire needs.
 pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
-    let health = state.health.read().await;
+    readiness(&state.health).await
+}
+
+/// What `/readyz` answers, from the shared reading of the masters.
+pub(crate) async fn readiness(shared: &SharedHealth) -> Response {
+    let health = shared.read().await;
+    let quorum = shared.quorum();
     let usable = health.iter().filter(|h| h.usable).count();
-    let ready = usable >= state.client.quorum();
+    let ready = usable >= quorum;
     let nodes: Vec<Value> = health
         .iter()
         .map(|h| {
@@ -383,8 +390,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body =
-        json!({"ready": ready, "usable": usable, "quorum": state.client.quorum(), "nodes": nodes});
+    let body = json!({"ready": ready, "usable": usable, "quorum": quorum, "nodes": nodes});
     (status, Json(body)).into_response()
 }
 
