@@ -16,6 +16,12 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
+-- Read before anything is written: a lock in its last millisecond would leave the counter a
+-- life of 0, which SET refuses, after the token had changed.
+local left = redis.call('PTTL', KEYS[1])
+if left < 1 then
+  return 0
+end
 local read = redis.call('MGET', KEYS[2], KEYS[3])
 local counter = tonumber(read[1] or read[2] or '0')
 if counter > tonumber(ARGV[3]) then
@@ -25,7 +31,7 @@ if ARGV[1] ~= ARGV[2] then
   redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 end
 -- The counter lives as long as the lock (see marked.lua).
-redis.call('SET', KEYS[2], ARGV[3], 'PX', redis.call('PTTL', KEYS[1]))
+redis.call('SET', KEYS[2], ARGV[3], 'PX', left)
 if tonumber(ARGV[3]) > tonumber(read[2] or '0') then
   redis.call('SET', KEYS[3], ARGV[3])
 end

@@ -59,8 +59,9 @@ local function holding(holders)
 end
 
 -- Keeps the set as long as its longest-lived member, or deletes it when no holder is left;
--- and the name's fencing counter `counter`, when given, at least as long (see marked.lua).
-local function keep_alive(holders, now, counter)
+-- and the name's fencing counter `counter`, when given, at least as long, with its slot's
+-- floor `floor` (see keep_counter in marked.lua).
+local function keep_alive(holders, now, counter, floor)
   local count = holding(holders)
   if count == 0 and redis.call('ZCOUNT', holders, now + 1, '+inf') == 0 then
     redis.call('DEL', holders)
@@ -70,7 +71,7 @@ local function keep_alive(holders, now, counter)
   if last and tonumber(last) > now then
     redis.call('PEXPIRE', holders, tonumber(last) - now)
     if counter then
-      redis.call('PEXPIRE', counter, tonumber(last) - now)
+      keep_counter(counter, floor, tonumber(last) - now)
     end
   end
 end

@@ -39,7 +39,7 @@ local function keep_for(at_least)
   local left = redis.call('PTTL', lock)
   redis.call('PEXPIRE', holds, left)
   -- The counter names the holds' token for as long as they may live (see marked.lua).
-  redis.call('PEXPIRE', KEYS[2], left)
+  keep_counter(KEYS[2], KEYS[11], left)
   record_expiry(KEYS[10], at_least)
 end
 
@@ -64,10 +64,12 @@ if redis.call('GET', lock) == ARGV[1] then
     redis.call('ZREM', KEYS[3], ARGV[4])
     redis.call('HDEL', KEYS[4], ARGV[4])
   end
-  local counter = tonumber(redis.call('GET', KEYS[2]) or '0')
+  -- A counter that is gone reads as its slot's floor (see marked.lua).
+  local fencing = redis.call('MGET', KEYS[2], KEYS[11])
+  local counter = tonumber(fencing[1] or fencing[2] or '0')
   if ARGV[9] == '1' and tonumber(ARGV[3]) > counter then
     redis.call('SET', KEYS[2], ARGV[3], 'PX', redis.call('PTTL', lock))
-    raise_floor(KEYS[11], ARGV[3])
+    raise_floor(KEYS[11], ARGV[3], fencing[2])
     counter = tonumber(ARGV[3])
   end
   return {8, counter, others > 0 and 1 or 0}

@@ -51,7 +51,7 @@ if not mine then
   if not reader and readers > 0 then
     if ARGV[4] ~= '' and ARGV[6] ~= '0' then
       redis.call('ZADD', holders, now + tonumber(ARGV[6]), '#writer-waiting:' .. ARGV[4])
-      keep_alive(holders, now, KEYS[2])
+      keep_alive(holders, now, KEYS[2], KEYS[11])
       queue_waiter(KEYS[3], KEYS[4], ARGV[4], ARGV[5], ARGV[6])
     end
     return {0, counter}
@@ -80,7 +80,7 @@ if not reader then
 end
 redis.call('ZADD', holders, now + tonumber(ARGV[2]), me)
 record_fence(holders, me, fence)
-keep_alive(holders, now, KEYS[2])
+keep_alive(holders, now, KEYS[2], KEYS[11])
 record_expiry(KEYS[10], ARGV[2], now)
 dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])
 if reader then

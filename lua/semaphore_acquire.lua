@@ -39,7 +39,7 @@ raise_floor(KEYS[11], ARGV[3], fencing[2])
 redis.call('ZADD', holders, now + tonumber(ARGV[2]), token)
 record_fence(holders, token, proposed)
 redis.call('ZADD', holders, -permits, '#permits')
-keep_alive(holders, now, KEYS[2])
+keep_alive(holders, now, KEYS[2], KEYS[11])
 record_expiry(KEYS[10], ARGV[2], now)
 dequeue_waiter(KEYS[3], KEYS[4], ARGV[4])
 return {1, proposed}

@@ -127,3 +127,48 @@ async fn a_names_tokens_grow_after_its_counter_is_gone() {
     );
     again.release().await.unwrap();
 }
+
+/// A counter an earlier version left with no expiry, above its slot's floor: a reader given a
+/// hold on the name gives it the holders' life, and the floor its value first, so the writer
+/// after its end still gets a token above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_left_by_an_earlier_version_lifts_the_floor_before_it_goes() {
+    let nodes = common::nodes(3);
+    let left_behind: u64 = 1_000_000;
+    for i in 0..nodes.len() {
+        let _: () = redis::AsyncCommands::set(
+            &mut common::raw(&nodes, i).await,
+            "redquorum:rw:fence:report",
+            left_behind,
+        )
+        .await
+        .unwrap();
+    }
+    let opts = |kind| LockOptions::new(Duration::from_millis(200)).kind(kind);
+    let reader = counting_client(&nodes)
+        .try_acquire("report", &opts(redquorum::LockKind::Read))
+        .await
+        .unwrap();
+    reader.release().await.unwrap();
+    let gone = common::eventually(Duration::from_secs(5), || async {
+        let counter: Option<u64> = redis::AsyncCommands::get(
+            &mut common::raw(&nodes, 0).await,
+            "redquorum:rw:fence:report",
+        )
+        .await
+        .unwrap();
+        counter.is_none()
+    })
+    .await;
+    assert!(gone, "the counter took the holders' life");
+    let writer = counting_client(&nodes)
+        .try_acquire("report", &opts(redquorum::LockKind::Write))
+        .await
+        .unwrap();
+    assert!(
+        writer.fence() > left_behind,
+        "a writer's token {} is not above the counter left behind ({left_behind})",
+        writer.fence()
+    );
+    writer.release().await.unwrap();
+}

@@ -180,7 +180,13 @@ impl Keys {
     /// The keys of the extend scripts (a reentrant lock's holds last).
     pub(crate) fn for_extend(&self) -> KeyList<'_> {
         let d = &self.deployment;
-        self.with_holds([&self.lock, &self.fence, &d.longest_ttl, &d.latest_expiry])
+        self.with_holds([
+            &self.lock,
+            &self.fence,
+            &d.longest_ttl,
+            &d.latest_expiry,
+            &self.fence_floor,
+        ])
     }
 
     /// The keys of the release scripts (a reentrant lock's holds last).
@@ -331,7 +337,8 @@ mod tests {
                 "rq:lock:x",
                 "rq:fence:x",
                 "rq:longest-ttl",
-                "rq:latest-expiry"
+                "rq:latest-expiry",
+                "rq:fence-floor:16287"
             ]
         );
         let owner = crate::config::Owner::from_id("o").unwrap();
@@ -345,6 +352,7 @@ mod tests {
                 "rq:fence:x",
                 "rq:longest-ttl",
                 "rq:latest-expiry",
+                "rq:fence-floor:16287",
                 "rq:holds:x"
             ]
         );

@@ -183,14 +183,21 @@ impl Session {
                 () = self.tx.closed() => break End::Left,
                 () = &mut departed => break End::Left,
                 () = self.shutdown.cancelled() => break End::ShuttingDown,
-                () = tokio::time::sleep_until(quiet_until.into()) => self.held("heartbeat", &watch),
+                () = tokio::time::sleep_until(quiet_until.into()) => {
+                    // With no validity left, `lost` follows: a heartbeat says the lock is held.
+                    if watch.remaining().is_zero() {
+                        quiet_until = Instant::now() + self.heartbeat;
+                        continue;
+                    }
+                    self.held("heartbeat", &watch)
+                }
                 status = watch.changed() => {
                     let Some(status) = status else { break End::Left };
                     match status.state {
                         LockState::Lost => {
                             tracing::warn!(lock = ?name, "session lock lost");
                             let lost = json!({"event": "lost", "message": "the lock expired without a quorum renewal, or a quorum no longer has it; stop the work it protects"});
-                            let _ = self.send(&lost).await;
+                            let _ = self.send(&lost, departed.as_mut()).await;
                             return;
                         }
                         // With no validity left the lock is as good as lost, and `lost`
@@ -208,7 +215,7 @@ impl Session {
                 }
             };
             quiet_until = Instant::now() + self.heartbeat;
-            if let Sent::Ended(end) = self.send(&event).await {
+            if let Sent::Ended(end) = self.send(&event, departed.as_mut()).await {
                 break end;
             }
         };
@@ -234,15 +241,20 @@ impl Session {
         })
     }
 
-    /// Sends `event`, unless the client goes or the server stops first: a client that reads
-    /// nothing fills the stream's buffers, and a send that waited for it would miss the
-    /// shutdown and keep the lock renewed.
-    async fn send(&self, event: &Value) -> Sent {
+    /// Sends `event`, unless the client goes (`departed`) or the server stops first: a client
+    /// that reads nothing fills the stream's buffers, and a send that waited for it would miss
+    /// both and keep the lock renewed.
+    async fn send(
+        &self,
+        event: &Value,
+        departed: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    ) -> Sent {
         tokio::select! {
             sent = self.tx.send(line(event)) => match sent {
                 Ok(()) => Sent::Sent,
                 Err(_) => Sent::Ended(End::Left),
             },
+            () = departed => Sent::Ended(End::Left),
             () = self.shutdown.cancelled() => Sent::Ended(End::ShuttingDown),
         }
     }

@@ -77,7 +77,7 @@ pub const IN_STEP: &[(&str, &str, u64)] = &[
     (
         "adopt.lua",
         "not modelled: a waiter here holds a hand-over only of one token on a quorum",
-        0x8e97_9b70_6d07_96c8,
+        0xf3ce_5ea1_a5c1_c857,
     ),
     (
         "deployment.lua",
@@ -92,7 +92,7 @@ pub const IN_STEP: &[(&str, &str, u64)] = &[
     (
         "extend.lua",
         "not modelled: holders do not extend (every lock has one TTL)",
-        0x33d2_c8d0_6149_72fe,
+        0xfbd2_6225_c6e3_b8dc,
     ),
     (
         "fenced_set.lua",
@@ -104,11 +104,11 @@ pub const IN_STEP: &[(&str, &str, u64)] = &[
         "scripts/give_back.rs",
         0x4b4b_5ec4_1b26_2952,
     ),
-    ("holders.lua", "scripts/holders.rs", 0x3e50_c5aa_118d_5863),
+    ("holders.lua", "scripts/holders.rs", 0x3b63_bcf0_705d_b2bc),
     (
         "holders_extend.lua",
         "not modelled: holders do not extend",
-        0xf7f1_3bc5_63d4_eecb,
+        0xecb5_c062_602e_ec75,
     ),
     (
         "holders_release.lua",
@@ -124,7 +124,7 @@ pub const IN_STEP: &[(&str, &str, u64)] = &[
     (
         "marked.lua",
         "`Here::gate` and `Keys::record`",
-        0x2647_c079_4873_d04d,
+        0x624f_505e_82c5_2b95,
     ),
     (
         "queue.lua",
@@ -134,12 +134,12 @@ pub const IN_STEP: &[(&str, &str, u64)] = &[
     (
         "reentrant_acquire.lua",
         "not modelled: a reentrant lock's first hold is acquire.lua's grant",
-        0x67be_791f_d9fa_f833,
+        0xc225_01b9_32ff_2b50,
     ),
     (
         "reentrant_extend.lua",
         "not modelled: holders do not extend",
-        0x3df7_4776_5211_65fe,
+        0x8f95_3db9_38b8_891b,
     ),
     (
         "reentrant_release.lua",
@@ -150,12 +150,12 @@ pub const IN_STEP: &[(&str, &str, u64)] = &[
     (
         "rw_acquire.lua",
         "scripts/holders.rs",
-        0x8035_2df0_ebb0_096c,
+        0x9e6b_1c2f_a992_895c,
     ),
     (
         "semaphore_acquire.lua",
         "scripts/holders.rs",
-        0xe7f7_a737_4495_3647,
+        0xc66c_2cf8_21cd_9c41,
     ),
 ];
 
