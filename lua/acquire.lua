@@ -7,7 +7,7 @@
 -- straight over; see release.lua). KEYS[5], KEYS[6], KEYS[7]: the deployment's marker, the
 -- longest TTL asked for here, and the quarantine (see mark.lua). KEYS[8]: the queue's live
 -- mark (see queue.lua). KEYS[9], KEYS[10]: the process the marker was made for and the latest
--- expiry (see marked.lua). KEYS[11]: the fencing floor of the name's slot (see marked.lua).
+-- expiry (see marked.lua). KEYS[11]: the fencing floor of the name's slot (see fences.lua).
 -- ARGV[1]: holder token. ARGV[2]: TTL in milliseconds. ARGV[3]: proposed fencing token.
 -- ARGV[4]: the caller's waiter id, or '' for a caller that does not wait. ARGV[5]: its
 -- priority (lower goes first). ARGV[6]: how long its place is kept, in milliseconds (0: the
@@ -102,7 +102,7 @@ local proposed = tonumber(ARGV[3])
 if counter > proposed or (counter == proposed and current ~= ARGV[1]) then
   return {2, counter}
 end
--- The counter lives as long as the lock: the hold it names (see marked.lua).
+-- The counter lives as long as the lock: the hold it names (see fences.lua).
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
 if proposed > tonumber(read[9] or '0') then
   redis.call('SET', KEYS[11], ARGV[3])

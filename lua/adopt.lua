@@ -2,7 +2,7 @@
 -- (each node used the terms of the waiter's latest attempt it had seen) under one token and
 -- one fencing token, so that a quorum of nodes agrees on both.
 -- KEYS[1]: lock key. KEYS[2]: the name's fencing counter. KEYS[3]: the fencing floor of the
--- name's slot (see marked.lua).
+-- name's slot (see fences.lua).
 -- ARGV[1]: the waiter's token found here. ARGV[2]: the token to hold the lock with.
 -- ARGV[3]: the fencing token: the highest of those the releases chose.
 -- Returns 1 when the lock is now held with ARGV[2] and ARGV[3]; 0 when it is not held with
@@ -30,7 +30,7 @@ end
 if ARGV[1] ~= ARGV[2] then
   redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 end
--- The counter lives as long as the lock (see marked.lua).
+-- The counter lives as long as the lock (see fences.lua).
 redis.call('SET', KEYS[2], ARGV[3], 'PX', left)
 if tonumber(ARGV[3]) > tonumber(read[2] or '0') then
   redis.call('SET', KEYS[3], ARGV[3])

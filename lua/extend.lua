@@ -1,8 +1,8 @@
 -- Push back a lock's expiry, only while this token still holds it.
 -- KEYS[1]: lock key. KEYS[2]: the name's fencing counter (which lives as long as the lock: see
--- marked.lua). KEYS[3]: the longest TTL asked for
+-- fences.lua). KEYS[3]: the longest TTL asked for
 -- on this node (see acquire.lua). KEYS[4]: the latest expiry (see marked.lua). KEYS[5]: the
--- fencing floor of the name's slot (see marked.lua).
+-- fencing floor of the name's slot (see fences.lua).
 -- ARGV[1]: holder token. ARGV[2]: new TTL in milliseconds.
 -- Returns the holder's fencing token (the counter, which nobody can raise while the lock is
 -- held here) when extended, -1 when the key is gone or held by another token.
@@ -10,7 +10,8 @@
 -- A key that is gone is never recreated: a node that lost the lock (expiry, restart) must not
 -- be made to vote for a holder it no longer knows.
 --
--- record_expiry comes from marked.lua, put in front of this script.
+-- record_expiry comes from marked.lua, keep_counter from fences.lua, put in front of this
+-- script.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   record_expiry(KEYS[4], ARGV[2])

@@ -60,7 +60,7 @@ end
 
 -- Keeps the set as long as its longest-lived member, or deletes it when no holder is left;
 -- and the name's fencing counter `counter`, when given, at least as long, with its slot's
--- floor `floor` (see keep_counter in marked.lua).
+-- floor `floor` (see keep_counter in fences.lua).
 local function keep_alive(holders, now, counter, floor)
   local count = holding(holders)
   if count == 0 and redis.call('ZCOUNT', holders, now + 1, '+inf') == 0 then

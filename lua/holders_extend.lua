@@ -1,7 +1,7 @@
 -- Push back a reader's, a writer's or a permit holder's expiry, only while it still holds.
 -- KEYS[1]: the holders (see holders.lua). KEYS[2]: the fencing counter. KEYS[3]: the longest
 -- TTL asked for on this node. KEYS[4]: the latest expiry (see marked.lua). KEYS[5]: the
--- fencing floor of the name's slot (see marked.lua). ARGV[1]: holder token. ARGV[2]: new TTL in milliseconds.
+-- fencing floor of the name's slot (see fences.lua). ARGV[1]: holder token. ARGV[2]: new TTL in milliseconds.
 -- ARGV[3]: what goes before the token in the set ('r:', 'w:', or '' for a permit). ARGV[4],
 -- for a permit: the semaphore's number of permits.
 -- Returns the holder's own fencing token when extended (the counter, for a hold granted before

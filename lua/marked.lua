@@ -1,15 +1,7 @@
 -- Shared by the scripts that grant (a lock, a hand-over, a place in line) or extend, and put in
--- front of each: whether this master is the process its deployment marker was made for, the
--- record of when the locks it granted may expire, and the fencing floors.
---
--- Fencing tokens: a name's counter (`{prefix}fence:<name>`) holds the highest token granted
--- for it, and lives as long as a hold of the name may (its TTL follows the lock's, the holds'
--- or the holders'), so that it names the holder's token while there is one and a name no
--- longer used leaves no key. Every token granted also raises the floor of the name's slot
--- (`{prefix}fence-floor:<slot>`, one of 16,384, no expiry) to its token: a counter that is gone
--- reads as the floor, which is at or above every token granted for the name, so the name's
--- next token is above them all. A master keeps at most one floor per slot however many names
--- are used.
+-- front of each: whether this master is the process its deployment marker was made for, and
+-- the record of when the locks it granted may expire.
+
 
 -- Whether the deployment's marker was made for this very process, or this master keeps every
 -- write. A master that does not, carrying a marker made for another process, came back from
@@ -51,28 +43,4 @@ local function record_expiry(key, ttl, now, recorded)
   if tonumber(recorded or '0') < now + ttl then
     redis.call('SET', key, string.format('%d', now + ttl + math.min(ttl, 1000)))
   end
-end
-
--- Raises the fencing floor `floor` to `fence` (see the top of this file) if it is below.
--- `read`: the floor as read (false: none), nil when not read.
-local function raise_floor(floor, fence, read)
-  if read == nil then
-    read = redis.call('GET', floor)
-  end
-  if tonumber(fence) > tonumber(read or '0') then
-    redis.call('SET', floor, fence)
-  end
-end
-
--- Gives the name's fencing counter `counter` a life of `ms` milliseconds (the life of the holds
--- it names), raising the floor `floor` to it first: a counter that an earlier version left with
--- no expiry may be above the floor, and must not take its tokens with it when it goes. Returns
--- the counter's value (0 when there is none).
-local function keep_counter(counter, floor, ms)
-  local read = redis.call('MGET', counter, floor)
-  if read[1] then
-    raise_floor(floor, read[1], read[2])
-    redis.call('PEXPIRE', counter, ms)
-  end
-  return tonumber(read[1] or '0')
 end

@@ -29,7 +29,7 @@
 -- it.
 --
 -- mutex_acquire is acquire.lua, put in front of this script as a function (with queue.lua
--- and marked.lua before it).
+-- marked.lua and fences.lua before it).
 local lock, holds, hold, ttl = KEYS[1], KEYS[12], ARGV[8], tonumber(ARGV[2])
 
 local function keep_for(at_least)
@@ -38,7 +38,7 @@ local function keep_for(at_least)
   end
   local left = redis.call('PTTL', lock)
   redis.call('PEXPIRE', holds, left)
-  -- The counter names the holds' token for as long as they may live (see marked.lua).
+  -- The counter names the holds' token for as long as they may live (see fences.lua).
   keep_counter(KEYS[2], KEYS[11], left)
   record_expiry(KEYS[10], at_least)
 end
@@ -64,7 +64,7 @@ if redis.call('GET', lock) == ARGV[1] then
     redis.call('ZREM', KEYS[3], ARGV[4])
     redis.call('HDEL', KEYS[4], ARGV[4])
   end
-  -- A counter that is gone reads as its slot's floor (see marked.lua).
+  -- A counter that is gone reads as its slot's floor (see fences.lua).
   local fencing = redis.call('MGET', KEYS[2], KEYS[11])
   local counter = tonumber(fencing[1] or fencing[2] or '0')
   if ARGV[9] == '1' and tonumber(ARGV[3]) > counter then

@@ -6,7 +6,8 @@
 -- this hold (a token that holds nothing, a hold released already or never granted here), so
 -- that only a hold's own masters vote for it.
 --
--- record_expiry comes from marked.lua, put in front of this script.
+-- record_expiry comes from marked.lua, keep_counter from fences.lua, put in front of this
+-- script.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('HEXISTS', KEYS[6], ARGV[3]) == 0 then
   return -1
 end
@@ -17,7 +18,7 @@ if redis.call('PTTL', KEYS[1]) < ttl then
 end
 local left = redis.call('PTTL', KEYS[1])
 redis.call('PEXPIRE', KEYS[6], left)
--- The counter lives as long as the lock (see marked.lua).
+-- The counter lives as long as the lock (see fences.lua).
 local fence = keep_counter(KEYS[2], KEYS[5], left)
 if ttl > tonumber(redis.call('GET', KEYS[3]) or '0') then
   redis.call('SET', KEYS[3], ARGV[2])

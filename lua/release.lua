@@ -68,8 +68,8 @@
 -- Otherwise (no terms, or the fencing token would not be above the counter) the message is
 -- just '<waiter id>', and the waiter tries at once.
 --
--- queue_helpers comes from queue.lua, marked_for_me and record_expiry from marked.lua, put in
--- front of this script.
+-- queue_helpers comes from queue.lua, marked_for_me and record_expiry from marked.lua,
+-- raise_floor from fences.lua, put in front of this script.
 
 -- Whether this master may grant: it carries the marker, made for its process, and is not
 -- quarantined. `node` is the marker, the quarantine and the process the marker was made for.
@@ -112,14 +112,14 @@ if mine or (current == false and ARGV[4] == '1') then
     local node = redis.call('MGET', KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10],
       KEYS[11])
     deployment = { node[2], node[3], node[4] }
-    -- A counter that is gone reads as its slot's floor (see marked.lua).
+    -- A counter that is gone reads as its slot's floor (see fences.lua).
     local counter = tonumber(node[1] or node[7] or '0')
     local fence = math.max(tonumber(proposal or '0') + 1, tonumber(ARGV[3]) + 1)
     -- Fencing tokens stay below 2^53, where Lua's numbers are exact.
     if token and tonumber(ttl) > 0 and fence > counter and fence <= 9007199254740991
         and may_grant(deployment) then
       fence = string.format('%d', fence)
-      -- The counter lives as long as the lock handed over (see marked.lua).
+      -- The counter lives as long as the lock handed over (see fences.lua).
       redis.call('SET', KEYS[4], fence, 'PX', ttl)
       raise_floor(KEYS[11], fence, node[7])
       token = first .. '/' .. token

@@ -22,7 +22,7 @@ end
 local holders, reader = KEYS[1], ARGV[8] == 'r'
 local me = (reader and 'r:' or 'w:') .. ARGV[1]
 local now = trim(holders)
--- A counter that is gone reads as its slot's floor (see marked.lua).
+-- A counter that is gone reads as its slot's floor (see fences.lua).
 local fencing = redis.call('MGET', KEYS[2], KEYS[11])
 local counter = tonumber(fencing[1] or fencing[2] or '0')
 local mine = redis.call('ZSCORE', holders, me)

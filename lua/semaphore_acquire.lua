@@ -15,7 +15,7 @@ if refused then
 end
 local holders, token, permits = KEYS[1], ARGV[1], tonumber(ARGV[8])
 local now = trim(holders)
--- A counter that is gone reads as its slot's floor (see marked.lua).
+-- A counter that is gone reads as its slot's floor (see fences.lua).
 local fencing = redis.call('MGET', KEYS[2], KEYS[11])
 local counter = tonumber(fencing[1] or fencing[2] or '0')
 local recorded = redis.call('ZSCORE', holders, '#permits')

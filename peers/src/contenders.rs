@@ -50,6 +50,7 @@ const ACQUIRE: &str = concat!(
 const RELEASE: &str = concat!(
     include_str!("../../lua/queue.lua"),
     include_str!("../../lua/marked.lua"),
+    include_str!("../../lua/fences.lua"),
     include_str!("../../lua/release.lua")
 );
 

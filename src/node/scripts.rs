@@ -86,6 +86,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         2,
         concat!(
             include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/fences.lua"),
             include_str!("../../lua/extend.lua")
         ),
     ),
@@ -94,6 +95,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         concat!(
             include_str!("../../lua/queue.lua"),
             include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/fences.lua"),
             include_str!("../../lua/release.lua")
         ),
         RELEASE_PROCESS_AT,
@@ -124,6 +126,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         concat!(
             include_str!("../../lua/queue.lua"),
             include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/fences.lua"),
             "local function mutex_acquire()\n",
             include_str!("../../lua/acquire.lua"),
             "\nend\n",
@@ -135,6 +138,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         1 << 9,
         concat!(
             include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/fences.lua"),
             include_str!("../../lua/reentrant_extend.lua")
         ),
     ),
@@ -143,6 +147,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         concat!(
             include_str!("../../lua/queue.lua"),
             include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/fences.lua"),
             "local function mutex_release()\n",
             include_str!("../../lua/release.lua"),
             "\nend\n",
@@ -155,6 +160,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         concat!(
             include_str!("../../lua/queue.lua"),
             include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/fences.lua"),
             include_str!("../../lua/holders.lua"),
             include_str!("../../lua/rw_acquire.lua")
         ),
@@ -165,6 +171,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         concat!(
             include_str!("../../lua/queue.lua"),
             include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/fences.lua"),
             include_str!("../../lua/holders.lua"),
             include_str!("../../lua/semaphore_acquire.lua")
         ),
@@ -175,6 +182,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         concat!(
             include_str!("../../lua/queue.lua"),
             include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/fences.lua"),
             include_str!("../../lua/holders.lua"),
             include_str!("../../lua/holders_extend.lua")
         ),
@@ -184,6 +192,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         concat!(
             include_str!("../../lua/queue.lua"),
             include_str!("../../lua/marked.lua"),
+            include_str!("../../lua/fences.lua"),
             include_str!("../../lua/holders.lua"),
             include_str!("../../lua/holders_release.lua")
         ),
