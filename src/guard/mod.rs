@@ -203,6 +203,39 @@ impl LockWatch {
         Some(self.status.borrow_and_update().clone())
     }
 
+    /// Resolves when the lock is `margin` or less from the end of its certain validity (at
+    /// once if it already is), or lost: the moment to stop the work, so that it has stopped
+    /// before the lock can be someone else's. While renewals succeed, the validity moves on and
+    /// this keeps waiting; it fires when they have been failing long enough. If the guard is
+    /// released or dropped first, it never resolves.
+    ///
+    /// Choose `margin` below two thirds of the TTL: a renewal is made every third of it (by
+    /// default), so a healthy lock always has about two thirds of its TTL left, and a larger
+    /// margin fires while renewals succeed. Work already under way when it fires (a write in
+    /// flight) is what fencing tokens protect the resource from.
+    pub async fn expiring(&self, margin: Duration) {
+        let mut status = self.status.clone();
+        loop {
+            let (state, valid_until) = {
+                let now = status.borrow_and_update();
+                (now.state, now.valid_until)
+            };
+            let at = valid_until.checked_sub(margin).unwrap_or(valid_until);
+            if state == LockState::Lost || Instant::now() >= at {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(at.into()) => {}
+                changed = status.changed() => {
+                    if changed.is_err() {
+                        // Released or dropped: it will never expire as this guard's.
+                        std::future::pending::<()>().await;
+                    }
+                }
+            }
+        }
+    }
+
     /// Resolves when the lock is lost (at once if it already is). If the guard is released or
     /// dropped first, it never resolves.
     pub async fn lost(&self) {
@@ -363,6 +396,12 @@ impl LockGuard {
     /// Resolves when the lock is lost.
     pub async fn lost(&self) {
         self.watch.lost().await;
+    }
+
+    /// Resolves `margin` before the end of the lock's certain validity, or when it is lost:
+    /// see [`LockWatch::expiring`].
+    pub async fn expiring(&self, margin: Duration) {
+        self.watch.expiring(margin).await;
     }
 
     /// A cloneable view of this lock, for the code working under it.
