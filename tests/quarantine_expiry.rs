@@ -43,6 +43,12 @@ async fn quarantine_once_marked(nodes: &LocalNodes) -> i64 {
         .unwrap()
 }
 
+/// Waits until a quarantine of `pttl` ms has run out.
+async fn past(pttl: i64) {
+    let left = u64::try_from(pttl).unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(left + 100)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_is_quarantined_only_while_a_lock_it_granted_may_live() {
     let mut nodes = common::nodes(3);
@@ -76,10 +82,7 @@ async fn a_master_is_quarantined_only_while_a_lock_it_granted_may_live() {
     lock.release().await.unwrap();
 
     // Once the quarantine has run out, master 0 grants again.
-    tokio::time::sleep(Duration::from_millis(
-        u64::try_from(quarantine).unwrap_or(0) + 100,
-    ))
-    .await;
+    past(quarantine).await;
     let again = other
         .try_acquire("held", &LockOptions::new(Duration::from_secs(5)))
         .await
@@ -119,10 +122,7 @@ async fn a_master_that_lost_its_data_while_the_deployment_was_idle_is_not_kept_o
         "quarantined for {quarantine} ms: not only for the lock granted since (about 2 s)"
     );
     meets_it.release().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(
-        u64::try_from(quarantine).unwrap_or(0) + 100,
-    ))
-    .await;
+    past(quarantine).await;
     let lock = other
         .try_acquire("next", &LockOptions::new(Duration::from_secs(5)))
         .await

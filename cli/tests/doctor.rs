@@ -397,8 +397,10 @@ async fn quarantine_is_a_warning_with_the_time_left() {
         "{lost:?}"
     );
     // The next acquires notice and quarantine it. Not necessarily the first: it may meet the
-    // old connection, and one that masters 1 and 2 grant is decided before master 0 answers
-    // on its new connection (a loaded machine is slow to dial). Bounded in count and time.
+    // old connection; and one that masters 1 and 2 grant is decided before master 0 answers on
+    // its new connection (a loaded machine is slow to dial), when master 0's answer asks for a
+    // marking in the background, which may end after the doctor has read. Bounded in count
+    // and time.
     let started = Instant::now();
     let mut report = client.doctor().await;
     for _ in 0..100 {

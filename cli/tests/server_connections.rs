@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redquorum_cli::server::ConnectionLimits;
 use redquorum_testkit::LocalNodes;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -94,20 +94,6 @@ async fn stopped_within_5_s(server: tokio::task::JoinHandle<()>) {
         .unwrap();
 }
 
-/// How many places `name`'s queue has on each node.
-async fn places(nodes: &LocalNodes, name: &str) -> Vec<usize> {
-    let mut counts = Vec::new();
-    for i in 0..nodes.len() {
-        let count: usize = redis::cmd("ZCARD")
-            .arg(common::queue_key(name))
-            .query_async(&mut common::raw(nodes, i).await)
-            .await
-            .unwrap();
-        counts.push(count);
-    }
-    counts
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_slow_and_idle_connections_are_closed_after_the_idle_timeout() {
     let nodes = common::nodes(3);
@@ -167,9 +153,14 @@ async fn silent_slow_and_idle_connections_are_closed_after_the_idle_timeout() {
 async fn requests_under_way_outlive_the_idle_timeout() {
     let nodes = common::nodes(3);
     let (addr, stop, task) = serve_with_an_idle_timeout_of_a_second(&nodes).await;
-    let (status, held) = post(addr, "/v1/locks/busy", json!({"ttl_ms": 30_000})).await;
+    let (status, held) =
+        http_common::post_to(addr, "/v1/locks/busy", json!({"ttl_ms": 30_000})).await;
     assert_eq!(status, 200, "{held}");
-    let waiter = tokio::spawn(post(addr, "/v1/locks/busy", json!({"wait_ms": 10_000})));
+    let waiter = tokio::spawn(http_common::post_to(
+        addr,
+        "/v1/locks/busy",
+        json!({"wait_ms": 10_000}),
+    ));
     // A session's stream says nothing between renewals, and the client sends nothing.
     let mut session = reqwest::Client::new()
         .post(format!("http://{addr}/v1/locks/streamed/session"))
@@ -190,7 +181,7 @@ async fn requests_under_way_outlive_the_idle_timeout() {
     }
     assert!(events.contains(r#""event":"renewed""#), "{events}");
     assert!(!waiter.is_finished(), "the waiting acquire was cut short");
-    let (status, released) = post(
+    let (status, released) = http_common::post_to(
         addr,
         "/v1/locks/busy/release",
         json!({"token": held["token"]}),
@@ -299,18 +290,6 @@ async fn a_body_declared_over_the_limit_is_refused_before_it_is_sent() {
     stopped_within_5_s(task).await;
 }
 
-/// A `POST` of `body` to `path`, answered with (status, JSON body).
-async fn post(addr: SocketAddr, path: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("http://{addr}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_answers_waiting_acquires_and_closes_connections_still_busy() {
     let nodes = common::nodes(3);
@@ -322,7 +301,8 @@ async fn shutdown_answers_waiting_acquires_and_closes_connections_still_busy() {
     };
     let (addr, stop, task) = http_common::spawn_server(client, limits).await;
 
-    let (status, held) = post(addr, "/v1/locks/held", json!({"ttl_ms": 30_000})).await;
+    let (status, held) =
+        http_common::post_to(addr, "/v1/locks/held", json!({"ttl_ms": 30_000})).await;
     assert_eq!(status, 200, "{held}");
     let token = held["token"].as_str().unwrap().to_owned();
     let waiting = [
@@ -337,7 +317,7 @@ async fn shutdown_answers_waiting_acquires_and_closes_connections_still_busy() {
         ),
         ("/v1/locks/held/session", json!({"wait_ms": 60_000})),
     ]
-    .map(|(path, body)| tokio::spawn(post(addr, path, body)));
+    .map(|(path, body)| tokio::spawn(http_common::post_to(addr, path, body)));
     let (mut silent, mut half_head) = silent_and_half_a_head(addr, "/v1/locks/held").await;
     if let Err(now) = comes_to(&nodes, 3, 3).await {
         panic!("the three requests did not come to wait: {now}");
@@ -393,7 +373,7 @@ async fn shutdown_answers_waiting_acquires_and_closes_connections_still_busy() {
 /// "a-free" is held on `a_free_on` nodes; else what there is.
 async fn comes_to(nodes: &LocalNodes, places_each: usize, a_free_on: usize) -> Result<(), String> {
     let reached = common::eventually(Duration::from_secs(5), || async {
-        places(nodes, "held").await == vec![places_each; nodes.len()]
+        common::places(nodes, "held").await == vec![places_each; nodes.len()]
             && common::nodes_holding(nodes, "a-free").await == a_free_on
     })
     .await;
@@ -402,7 +382,7 @@ async fn comes_to(nodes: &LocalNodes, places_each: usize, a_free_on: usize) -> R
     }
     Err(format!(
         "{:?} places, \"a-free\" on {} nodes",
-        places(nodes, "held").await,
+        common::places(nodes, "held").await,
         common::nodes_holding(nodes, "a-free").await
     ))
 }

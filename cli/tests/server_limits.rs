@@ -11,60 +11,13 @@ mod http_common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use http_common::{metric_value, read_events};
+use http_common::{metric_value, post_to, read_events};
 use metrics_exporter_prometheus::PrometheusHandle;
 use redquorum::LockOptions;
 use redquorum_cli::server::{AppOptions, ConnectionLimits, ServiceLimits};
-use redquorum_testkit::LocalNodes;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
-
-/// The coordinator on `nodes` with `limits` and `connections`, on a loopback socket; stopped
-/// by the token.
-async fn serve(
-    nodes: &LocalNodes,
-    limits: ServiceLimits,
-    connections: ConnectionLimits,
-) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<()>) {
-    let sessions = CancellationToken::new();
-    let router = redquorum_cli::server::app(
-        common::patient_client(nodes),
-        AppOptions {
-            shutdown: sessions.clone(),
-            limits,
-            ..AppOptions::default()
-        },
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let stop = CancellationToken::new();
-    let stopped = stop.clone();
-    let task = tokio::spawn(redquorum_cli::server::serve(
-        listener,
-        router,
-        None,
-        sessions,
-        async move { stopped.cancelled().await },
-        connections,
-    ));
-    (addr, stop, task)
-}
-
-/// How many places `name`'s queue has, over every node.
-async fn places(nodes: &LocalNodes, name: &str) -> usize {
-    let mut count = 0;
-    for i in 0..nodes.len() {
-        let here: usize = redis::cmd("ZCARD")
-            .arg(common::queue_key(name))
-            .query_async(&mut common::raw(nodes, i).await)
-            .await
-            .unwrap();
-        count += here;
-    }
-    count
-}
 
 fn refused(handle: &PrometheusHandle, limit: &str) -> f64 {
     let text = handle.render();
@@ -73,17 +26,6 @@ fn refused(handle: &PrometheusHandle, limit: &str) -> f64 {
         &format!(r#"redquorum_http_refused_total{{limit="{limit}"}} "#),
     )
     .unwrap_or_else(|| panic!("no series for {limit}: {text}"))
-}
-
-async fn post(addr: SocketAddr, path: &str, body: Value) -> (u16, Value) {
-    let answer = reqwest::Client::new()
-        .post(format!("http://{addr}{path}"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = answer.status().as_u16();
-    (status, answer.json().await.unwrap_or(Value::Null))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,7 +41,17 @@ async fn every_limit_refuses_at_once_with_its_code_and_is_counted() {
         max_connections: 6,
         ..ConnectionLimits::default()
     };
-    let (addr, stop, task) = serve(&nodes, limits, connections).await;
+    let server = http_common::spawn_server_with(
+        common::patient_client(&nodes),
+        AppOptions {
+            limits,
+            ..AppOptions::default()
+        },
+        connections,
+        None,
+    )
+    .await;
+    let (addr, stop, task) = (server.addr, server.stop, server.task);
     // There from the start, at 0 (connections aside: the other test of this file may have
     // refused some already).
     for limit in ["sessions", "waiting", "waiting_per_name"] {
@@ -116,7 +68,7 @@ async fn every_limit_refuses_at_once_with_its_code_and_is_counted() {
         .unwrap();
     let first = read_events(&mut session, Duration::from_secs(2), |e| !e.is_empty()).await;
     assert_eq!(first[0]["event"], "acquired");
-    let (status, body) = post(addr, "/v1/locks/other/session", json!({"ttl_ms": 2_000})).await;
+    let (status, body) = post_to(addr, "/v1/locks/other/session", json!({"ttl_ms": 2_000})).await;
     assert_eq!(
         (status, &body["error"]),
         (503, &json!("too_many_sessions")),
@@ -135,14 +87,14 @@ async fn every_limit_refuses_at_once_with_its_code_and_is_counted() {
     let held_a = holder.acquire("a", &opts).await.unwrap();
     let held_b = holder.acquire("b", &opts).await.unwrap();
     let waiting = json!({"wait_ms": 20_000, "ttl_ms": 1_000});
-    let on_a = tokio::spawn(post(addr, "/v1/locks/a", waiting.clone()));
+    let on_a = tokio::spawn(post_to(addr, "/v1/locks/a", waiting.clone()));
     assert!(
         common::eventually(Duration::from_secs(5), || async {
-            places(&nodes, "a").await > 0
+            common::places(&nodes, "a").await.iter().sum::<usize>() > 0
         })
         .await
     );
-    let (status, body) = post(addr, "/v1/locks/a", waiting.clone()).await;
+    let (status, body) = post_to(addr, "/v1/locks/a", waiting.clone()).await;
     assert_eq!(
         (status, &body["error"]),
         (429, &json!("too_many_waiting_for_name")),
@@ -150,24 +102,24 @@ async fn every_limit_refuses_at_once_with_its_code_and_is_counted() {
     );
     assert_eq!(refused(&handle, "waiting_per_name"), 1.0);
     // One that does not wait is not limited: it is answered, contended.
-    let (status, body) = post(addr, "/v1/locks/a", json!({})).await;
+    let (status, body) = post_to(addr, "/v1/locks/a", json!({})).await;
     assert_eq!(
         (status, &body["error"]),
         (409, &json!("contended")),
         "{body}"
     );
-    let on_b = tokio::spawn(post(
+    let on_b = tokio::spawn(post_to(
         addr,
         "/v1/multi",
         json!({"names": ["b"], "wait_ms": 20_000}),
     ));
     assert!(
         common::eventually(Duration::from_secs(5), || async {
-            places(&nodes, "b").await > 0
+            common::places(&nodes, "b").await.iter().sum::<usize>() > 0
         })
         .await
     );
-    let (status, body) = post(addr, "/v1/locks/c", waiting.clone()).await;
+    let (status, body) = post_to(addr, "/v1/locks/c", waiting.clone()).await;
     assert_eq!(
         (status, &body["error"]),
         (503, &json!("too_many_waiting")),
@@ -180,7 +132,7 @@ async fn every_limit_refuses_at_once_with_its_code_and_is_counted() {
     assert_eq!(on_a.await.unwrap().0, 200);
     assert_eq!(on_b.await.unwrap().0, 200);
     // Their places are free again.
-    let (status, body) = post(addr, "/v1/locks/c", json!({"wait_ms": 1_000})).await;
+    let (status, body) = post_to(addr, "/v1/locks/c", json!({"wait_ms": 1_000})).await;
     assert_eq!(status, 200, "{body}");
 
     // Connections: up to six served at once; one more is answered 503 and closed at once.
@@ -220,32 +172,15 @@ async fn the_probes_answer_on_the_metrics_listener_when_the_api_is_full() {
     let handle = redquorum_cli::server::install_metrics().expect("recorder installed");
     let nodes = common::nodes(3);
     let client = common::patient_client(&nodes);
-    let sessions = CancellationToken::new();
-    let router = redquorum_cli::server::app(
-        client.clone(),
-        AppOptions {
-            shutdown: sessions.clone(),
-            ..AppOptions::default()
-        },
-    );
-    let api = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (api_addr, metrics_addr) = (api.local_addr().unwrap(), metrics.local_addr().unwrap());
-    let side = redquorum_cli::server::metrics_router(handle, client);
-    let stop = CancellationToken::new();
-    let stopped = stop.clone();
+    let side = redquorum_cli::server::metrics_router(handle, client.clone());
     let limits = ConnectionLimits {
         max_connections: 2,
         ..ConnectionLimits::default()
     };
-    let task = tokio::spawn(redquorum_cli::server::serve(
-        api,
-        router,
-        Some((metrics, side)),
-        sessions,
-        async move { stopped.cancelled().await },
-        limits,
-    ));
+    let server =
+        http_common::spawn_server_with(client, AppOptions::default(), limits, Some(side)).await;
+    let (api_addr, stop, task) = (server.addr, server.stop, server.task);
+    let metrics_addr = server.metrics_addr.unwrap();
     // The API full: two idle connections, served (each answered once).
     let mut open = Vec::new();
     for _ in 0..2 {

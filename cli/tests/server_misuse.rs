@@ -34,20 +34,6 @@ async fn serve(
     http_common::spawn_server(common::patient_client(nodes), ConnectionLimits::default()).await
 }
 
-/// How many places `name`'s queue has on each node.
-async fn places(nodes: &LocalNodes, name: &str) -> usize {
-    let mut count = 0;
-    for i in 0..nodes.len() {
-        let here: usize = redis::cmd("ZCARD")
-            .arg(common::queue_key(name))
-            .query_async(&mut common::raw(nodes, i).await)
-            .await
-            .unwrap();
-        count += here;
-    }
-    count
-}
-
 /// A `POST` of `body` to `path` on a connection of its own, followed by `trailing` bytes (an
 /// old client's `\r\n`, or the next request of a pipeline).
 async fn post_raw(addr: SocketAddr, path: &str, body: &Value, trailing: &str) -> TcpStream {
@@ -195,14 +181,14 @@ async fn a_waiting_client_that_leaves_takes_nothing_whatever_it_sent_after() {
                 .unwrap();
             let conn = post_raw(addr, path, body, trailing).await;
             let queued = common::eventually(Duration::from_secs(5), || async {
-                places(&nodes, "busy").await > 0
+                common::places(&nodes, "busy").await.iter().sum::<usize>() > 0
             })
             .await;
             assert!(queued, "{path}: the waiter queued");
             drop(conn);
             // Gone with its client: its place is given back, not refreshed.
             let gone = common::eventually(Duration::from_secs(5), || async {
-                places(&nodes, "busy").await == 0
+                common::places(&nodes, "busy").await.iter().all(|n| *n == 0)
             })
             .await;
             assert!(

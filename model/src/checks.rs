@@ -72,113 +72,95 @@ fn plain() -> Vec<bool> {
     vec![false; 3]
 }
 
+/// One attempt per session of `programs`, on masters durable as `durable` says, under
+/// `faults` and `rules`.
+fn setup(durable: Vec<bool>, programs: Vec<Vec<Session>>, faults: Faults, rules: Rules) -> Setup {
+    Setup {
+        durable,
+        programs,
+        attempts: 1,
+        faults,
+        rules,
+    }
+}
+
+/// A mutex: a holder that takes the lock unfairly and releases it, and two fair waiters, each
+/// a client of its own.
+fn holder_and_two_waiters() -> Vec<Vec<Session>> {
+    vec![
+        vec![Session::unfair_try()],
+        vec![Session::waiting()],
+        vec![Session::waiting()],
+    ]
+}
+
+/// A crash, and a snapshot taken before it.
+fn crash_from_snapshot() -> Faults {
+    Faults {
+        crashes: 1,
+        snapshots: 1,
+        ..Faults::default()
+    }
+}
+
 /// The interleaving of a master back from its snapshot: a holder that releases late (its
 /// release hands the lock over), a fair waiter, and a client that takes the lock and keeps it;
 /// a snapshot and a crash.
 pub fn snapshot_handover(rules: Rules) -> Setup {
-    Setup {
-        durable: plain(),
-        programs: vec![
-            vec![Session::unfair_try().keeping()],
-            vec![Session::waiting()],
-            vec![Session::unfair_try()],
-        ],
-        attempts: 1,
-        faults: Faults {
-            crashes: 1,
-            snapshots: 1,
-            ..Faults::default()
-        },
-        rules,
-    }
+    let programs = vec![
+        vec![Session::unfair_try().keeping()],
+        vec![Session::waiting()],
+        vec![Session::unfair_try()],
+    ];
+    setup(plain(), programs, crash_from_snapshot(), rules)
 }
 
 /// Calls that run late or on a connection that broke: two waiters and a holder, no crash.
 pub fn late_calls(rules: Rules) -> Setup {
-    Setup {
-        durable: plain(),
-        programs: vec![
-            vec![Session::unfair_try()],
-            vec![Session::waiting()],
-            vec![Session::waiting()],
-        ],
-        attempts: 1,
-        faults: Faults {
-            delays: 1,
-            breaks: 1,
-            ..Faults::default()
-        },
-        rules,
-    }
+    let faults = Faults {
+        delays: 1,
+        breaks: 1,
+        ..Faults::default()
+    };
+    setup(plain(), holder_and_two_waiters(), faults, rules)
 }
 
 /// Hand-overs heard twice: two waiters and a holder, no crash.
 pub fn duplicates(rules: Rules) -> Setup {
-    Setup {
-        durable: plain(),
-        programs: vec![
-            vec![Session::unfair_try()],
-            vec![Session::waiting()],
-            vec![Session::waiting()],
-        ],
-        attempts: 1,
-        faults: Faults {
-            duplicates: 1,
-            ..Faults::default()
-        },
-        rules,
-    }
+    let faults = Faults {
+        duplicates: 1,
+        ..Faults::default()
+    };
+    setup(plain(), holder_and_two_waiters(), faults, rules)
 }
 
 /// One master that keeps every write beside two that keep none, each crashing once.
 pub fn durable_and_empty(rules: Rules) -> Setup {
-    Setup {
-        durable: vec![true, false, false],
-        programs: vec![
-            vec![Session::unfair_try().keeping()],
-            vec![Session::waiting()],
-            vec![Session::unfair_try()],
-        ],
-        attempts: 1,
-        faults: Faults {
-            crashes: 1,
-            ..Faults::default()
-        },
-        rules,
-    }
+    let programs = vec![
+        vec![Session::unfair_try().keeping()],
+        vec![Session::waiting()],
+        vec![Session::unfair_try()],
+    ];
+    let faults = Faults {
+        crashes: 1,
+        ..Faults::default()
+    };
+    setup(vec![true, false, false], programs, faults, rules)
 }
 
 /// A read-write lock: a reader, a writer that releases, a writer that keeps it.
 pub fn read_write(rules: Rules) -> Setup {
-    Setup {
-        durable: plain(),
-        programs: vec![
-            vec![Session::try_kind(Kind::Reader)],
-            vec![Session::try_kind(Kind::Writer)],
-            vec![Session::try_kind(Kind::Writer).keeping()],
-        ],
-        attempts: 1,
-        faults: Faults {
-            crashes: 1,
-            snapshots: 1,
-            ..Faults::default()
-        },
-        rules,
-    }
+    let programs = vec![
+        vec![Session::try_kind(Kind::Reader)],
+        vec![Session::try_kind(Kind::Writer)],
+        vec![Session::try_kind(Kind::Writer).keeping()],
+    ];
+    setup(plain(), programs, crash_from_snapshot(), rules)
 }
 
 /// A semaphore of two permits: three holders, one of which keeps its permit.
 pub fn semaphore(rules: Rules) -> Setup {
     let permit = Session::try_kind(Kind::Permit(2));
-    Setup {
-        durable: plain(),
-        programs: vec![vec![permit], vec![permit], vec![permit.keeping()]],
-        attempts: 1,
-        faults: Faults {
-            crashes: 1,
-            snapshots: 1,
-            ..Faults::default()
-        },
-        rules,
-    }
+    let programs = vec![vec![permit], vec![permit], vec![permit.keeping()]];
+    setup(plain(), programs, crash_from_snapshot(), rules)
 }

@@ -102,6 +102,20 @@ pub fn queue_key(name: &str) -> String {
     format!("redquorum:queue:{name}")
 }
 
+/// How many places mutex `name`'s queue has on each node.
+pub async fn places(nodes: &LocalNodes, name: &str) -> Vec<usize> {
+    let mut counts = Vec::new();
+    for i in 0..nodes.len() {
+        let count: usize = redis::cmd("ZCARD")
+            .arg(queue_key(name))
+            .query_async(&mut raw(nodes, i).await)
+            .await
+            .expect("ZCARD");
+        counts.push(count);
+    }
+    counts
+}
+
 /// The key of the terms of each place in `name`'s queue (a hash by waiter id) on a master.
 pub fn queue_terms_key(name: &str) -> String {
     format!("redquorum:queue-terms:{name}")

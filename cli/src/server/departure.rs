@@ -6,7 +6,8 @@
 //! request) hide the close, and a waiting acquire whose client had gone kept its place, was
 //! handed the lock, and held it for nobody until its TTL. A [`Departure`] watches a duplicate
 //! of the connection's socket, registered on its own, for the peer's end of the stream
-//! (`EPOLLRDHUP`), a reset or an error; data arriving meanwhile is left for hyper to read.
+//! (`EPOLLRDHUP`) or a reset (`EPOLLHUP`), both of which read as closed; data arriving
+//! meanwhile is left for hyper to read.
 //!
 //! A client that closes only its sending side while it waits cannot be told from one that has
 //! gone, and is taken as gone (see docs/http-api.md). hyper itself answers a request whose
@@ -41,11 +42,11 @@ impl Departure {
     }
 
     /// Resolves when the client has closed its end of the connection (or only its sending
-    /// side), reset it, or the socket failed; never, when that cannot be watched.
+    /// side) or reset it; never, when that cannot be watched.
     pub(crate) async fn departed(&self) {
         if let Some(watch) = self.watch() {
             while let Ok(ready) = watch.ready(Interest::READABLE).await {
-                if ready.is_read_closed() || ready.is_error() {
+                if ready.is_read_closed() {
                     return;
                 }
                 // Data for hyper to read: wait for what comes next. This registration's

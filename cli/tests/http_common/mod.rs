@@ -26,29 +26,77 @@ pub async fn spawn_server(
     client: redquorum::Client,
     limits: ConnectionLimits,
 ) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<()>) {
+    let server = spawn_server_with(client, AppOptions::default(), limits, None).await;
+    (server.addr, server.stop, server.task)
+}
+
+/// A coordinator spawned by [`spawn_server_with`].
+pub struct Spawned {
+    /// The API's address.
+    pub addr: SocketAddr,
+    /// The metrics listener's, when it has one.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Cancelled, stops the server.
+    pub stop: CancellationToken,
+    /// Finished once the server has stopped.
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// The coordinator on `client` with `options` (its shutdown token replaced by the server's)
+/// and `limits`, on a loopback socket, and `metrics` on a listener of its own when given.
+pub async fn spawn_server_with(
+    client: redquorum::Client,
+    options: AppOptions,
+    limits: ConnectionLimits,
+    metrics: Option<Router>,
+) -> Spawned {
     let sessions = CancellationToken::new();
     let router = redquorum_cli::server::app(
         client,
         AppOptions {
             shutdown: sessions.clone(),
-            ..AppOptions::default()
+            ..options
         },
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let mut metrics_addr = None;
+    let mut metrics_side = None;
+    if let Some(metrics) = metrics {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        metrics_addr = Some(listener.local_addr().unwrap());
+        metrics_side = Some((listener, metrics));
+    }
     let stop = CancellationToken::new();
     let stopped = stop.clone();
     let task = tokio::spawn(redquorum_cli::server::serve(
         listener,
         router,
-        None,
+        metrics_side,
         sessions,
         async move {
             stopped.cancelled().await;
         },
         limits,
     ));
-    (addr, stop, task)
+    Spawned {
+        addr,
+        metrics_addr,
+        stop,
+        task,
+    }
+}
+
+/// A `POST` of `body` to `path` on the server at `addr`: (status, JSON body, or `Null`).
+pub async fn post_to(addr: SocketAddr, path: &str, body: Value) -> (u16, Value) {
+    let r = reqwest::Client::new()
+        .post(format!("http://{addr}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
 }
 
 /// One request: (status, JSON body, or `Null` when the body is not JSON).

@@ -43,6 +43,18 @@ async fn received(server: &mut DuplexStream) -> Vec<u8> {
     }
 }
 
+/// A connection open on an in-memory stream of 4 KiB, with detached work of its own: the
+/// connection, its background, and the master's end.
+fn open_with_background() -> (Wire, Arc<Background>, DuplexStream) {
+    let background = Arc::new(Background::default());
+    let metrics = Arc::new(NodeMetrics::new("test:1"));
+    let (wire, _) = Wire::connecting(metrics, background.clone(), &[], false);
+    let (client, server) = tokio::io::duplex(4096);
+    wire.attach(Box::new(client));
+    wire.open();
+    (wire, background, server)
+}
+
 fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
     Pin::new(f).poll(&mut Context::from_waker(Waker::noop()))
 }
@@ -234,12 +246,7 @@ async fn a_subscribers_messages_reach_its_listeners_and_a_task_reads_first() {
 
 #[tokio::test]
 async fn a_detached_calls_answer_is_finished_by_the_task_that_reads_it() {
-    let background = Arc::new(Background::default());
-    let metrics = Arc::new(NodeMetrics::new("test:1"));
-    let (wire, _) = Wire::connecting(metrics, background.clone(), &[], false);
-    let (client, mut server) = tokio::io::duplex(4096);
-    wire.attach(Box::new(client));
-    wire.open();
+    let (wire, background, mut server) = open_with_background();
     let detached_call = send(&wire, &["INCR", "d"]);
     let finished = background.detach(detached_call);
     let live = send(&wire, &["INCR", "l"]);
@@ -259,12 +266,7 @@ async fn a_detached_calls_answer_is_finished_by_the_task_that_reads_it() {
 #[tokio::test]
 async fn a_command_longer_than_the_socket_takes_goes_out_whole() {
     for detached in [false, true] {
-        let background = Arc::new(Background::default());
-        let metrics = Arc::new(NodeMetrics::new("test:1"));
-        let (wire, _) = Wire::connecting(metrics, background.clone(), &[], false);
-        let (client, mut server) = tokio::io::duplex(4096);
-        wire.attach(Box::new(client));
-        wire.open();
+        let (wire, background, mut server) = open_with_background();
         let long = "x".repeat(20_000);
         let expected = packed(&["SET", "k", &long]);
         let call = send(&wire, &["SET", "k", &long]);
